@@ -1,0 +1,49 @@
+"""``microcoder`` command line. Each subcommand lives in its own module and is imported lazily, so
+``microcoder --help`` works without verl or OpenRLHF installed.
+
+  microcoder recipe show NAME [OVERRIDES...]   compose verl's main_ppo config with +recipe=NAME
+  microcoder recipe list                       list the shipped recipes
+  microcoder eval-code FILE.jsonl              score (response, tests) records with the code reward
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+#: subcommand -> (module, help). The module defines ``add_arguments(parser)`` and ``run(args) -> int``.
+SUBCOMMANDS: dict[str, tuple[str, str]] = {
+    "recipe": ("microcoder_ext.verl.recipe_cli", "show or list the verl Hydra recipes (+recipe=...)"),
+    "eval-code": ("microcoder_ext.reward.cli", "score a JSONL of (response, tests) with the code reward"),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from microcoder_ext import __version__
+
+    parser = argparse.ArgumentParser(prog="microcoder", description="MicroCoder-GRPO for verl and OpenRLHF")
+    parser.add_argument("--version", action="version", version=f"microcoder-ext {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name, (module, help_text) in SUBCOMMANDS.items():
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        try:
+            mod = importlib.import_module(module)
+        except ImportError as e:  # keep the other subcommands usable
+            p.set_defaults(_unavailable=f"`microcoder {name}` is unavailable: {e}")
+            continue
+        mod.add_arguments(p)
+        p.set_defaults(_run=mod.run)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if getattr(args, "_unavailable", None):
+        print(f"error: {args._unavailable}", file=sys.stderr)
+        return 2
+    return int(args._run(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
