@@ -35,7 +35,7 @@ class TruncationMask(NamedTuple):
     masked: torch.Tensor  #: advantage must be zeroed
     truncated: torch.Tensor  #: condition 1
     verdict_ok: torch.Tensor  #: condition 2
-    repeating: torch.Tensor  #: tail repeats (condition 3 fails); only meaningful where truncated
+    repeating: torch.Tensor  #: truncated and the tail repeats (condition 3 fails); False where not truncated
     eligible: torch.Tensor  #: conditions 1-3 (before the rho coin)
 
 
@@ -61,37 +61,51 @@ def verdict_allows_mask(verdicts: Sequence[object], mode: str = "non_incorrect")
     raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
 
 
-def tail_window(responses: torch.Tensor, response_lengths: torch.Tensor, width: int) -> torch.Tensor:
-    """The last ``width`` valid tokens of every row, shape ``(batch, width)``.
+def tail_window(
+    responses: torch.Tensor, response_lengths: torch.Tensor, width: int, rows: torch.Tensor | None = None
+) -> torch.Tensor:
+    """The last ``width`` valid tokens of each selected row, shape ``(len(rows), width)``.
 
-    Rows shorter than ``width`` are left-filled with their first token (callers must check the length).
+    Only ``rows x width`` elements are read (no copy of whole rows). Rows shorter than ``width`` are
+    left-filled with their first token (callers must check the length).
     """
-    lengths = response_lengths.to(torch.long)
+    if rows is None:
+        rows = torch.arange(responses.shape[0], device=responses.device)
+    lengths = response_lengths.to(torch.long)[rows]
     start = (lengths - width).clamp(min=0)
     idx = start.unsqueeze(1) + torch.arange(width, device=responses.device).unsqueeze(0)
     idx = idx.clamp(max=max(responses.shape[1] - 1, 0))
-    return responses.gather(1, idx)
+    return responses[rows.unsqueeze(1), idx]
 
 
 def tail_repeats(
-    responses: torch.Tensor, response_lengths: torch.Tensor, m: int = 128, repeat_check: str = "block"
+    responses: torch.Tensor,
+    response_lengths: torch.Tensor,
+    m: int = 128,
+    repeat_check: str = "block",
+    candidates: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """``(batch,)`` bool: the response ends in a repetition loop (see module doc). Never true below ``2m`` tokens."""
+    """``(batch,)`` bool: the response ends in a repetition loop (see module doc). Never true below ``2m`` tokens.
+
+    ``candidates`` (``(batch,)`` bool) restricts the check to those rows; the others are reported False.
+    """
+    if repeat_check not in REPEAT_CHECKS:
+        raise ValueError(f"repeat_check must be one of {REPEAT_CHECKS}, got {repeat_check!r}")
     lengths = response_lengths.to(torch.long)
-    long_enough = lengths >= 2 * m
-    rows = long_enough.nonzero(as_tuple=True)[0]
+    check = lengths >= 2 * m
+    if candidates is not None:
+        check &= candidates
+    rows = check.nonzero(as_tuple=True)[0]
     out = torch.zeros(responses.shape[0], dtype=torch.bool, device=responses.device)
     if rows.numel() == 0:
         return out
-    w = tail_window(responses[rows], lengths[rows], 2 * m)  # (k, 2m)
+    w = tail_window(responses, lengths, 2 * m, rows)  # (k, 2m)
     if repeat_check == "block":
         rep = (w[:, m:] == w[:, :m]).all(dim=1)
-    elif repeat_check == "periodic":
+    else:  # periodic
         rep = torch.zeros(rows.numel(), dtype=torch.bool, device=responses.device)
         for p in range(1, m + 1):  # loop over candidate periods, vectorised over rows and tokens
             rep |= (w[:, p:] == w[:, :-p]).all(dim=1)
-    else:
-        raise ValueError(f"repeat_check must be one of {REPEAT_CHECKS}, got {repeat_check!r}")
     out[rows] = rep
     return out
 
@@ -124,11 +138,29 @@ def truncation_mask_components(
         raise ValueError(f"response_lengths must lie in [0, {responses.shape[1]}] (responses.shape[1])")
 
     truncated = lengths >= int(max_response_length)
-    verdict_ok = verdict_allows_mask(verdicts, mode).to(responses.device)
-    repeating = tail_repeats(responses, lengths, m, repeat_check)
+    repeating = tail_repeats(responses, lengths, m, repeat_check, candidates=truncated)
+    return combine_conditions(truncated, verdicts, repeating, rho, mode, generator)
+
+
+def combine_conditions(
+    truncated: torch.Tensor,
+    verdicts: Sequence[object],
+    repeating: torch.Tensor,
+    rho: float,
+    mode: str = "non_incorrect",
+    generator: torch.Generator | None = None,
+) -> TruncationMask:
+    """Conditions 2 and 4 on top of precomputed ``truncated`` / ``repeating`` ``(batch,)`` bools.
+
+    For callers that hold only response tails (see :mod:`microcoder_ext.verl.advantage_mask`).
+    One ``U(0, 1)`` is drawn per row whatever the data.
+    """
+    device = truncated.device
+    verdict_ok = verdict_allows_mask(verdicts, mode).to(device)
+    repeating = repeating & truncated
     eligible = truncated & verdict_ok & ~repeating
-    u = torch.rand(batch, generator=generator, device=generator.device if generator is not None else "cpu")
-    masked = eligible & (u.to(responses.device) < float(rho))
+    u = torch.rand(truncated.shape[0], generator=generator, device=generator.device if generator is not None else "cpu")
+    masked = eligible & (u.to(device) < float(rho))
     return TruncationMask(masked, truncated, verdict_ok, repeating, eligible)
 
 

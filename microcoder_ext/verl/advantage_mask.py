@@ -19,7 +19,7 @@ import torch
 
 from microcoder_ext.core import verdicts as V
 from microcoder_ext.core.config import MaskConfig
-from microcoder_ext.core.masking import mask_metrics, truncation_mask_components
+from microcoder_ext.core.masking import combine_conditions, mask_metrics, tail_repeats
 
 logger = logging.getLogger(__name__)
 
@@ -129,21 +129,15 @@ def compute_row_mask(
         return row_mask, {}
 
     verdicts, metrics = resolve_verdicts([reward_infos[i] for i in deciders], [scores[i] for i in deciders], cfg)
+    # only each response's last 2m tokens matter for the repeat check: never pad whole responses
+    window = 2 * cfg.m
     lengths = torch.tensor([int(responses[i].numel()) for i in deciders], dtype=torch.long)
-    padded = torch.nn.utils.rnn.pad_sequence(
-        [responses[i].reshape(-1).to(torch.long) for i in deciders], batch_first=True, padding_value=0
+    tails = torch.nn.utils.rnn.pad_sequence(
+        [responses[i].reshape(-1)[-window:].to(torch.long) for i in deciders], batch_first=True, padding_value=0
     )
-    result = truncation_mask_components(
-        padded,
-        lengths,
-        max_response_length,
-        verdicts,
-        rho=cfg.rho,
-        m=cfg.m,
-        mode=cfg.mode,
-        repeat_check=cfg.repeat_check,
-        generator=generator,
-    )
+    truncated = lengths >= int(max_response_length)
+    repeating = tail_repeats(tails, lengths.clamp(max=window), cfg.m, cfg.repeat_check, candidates=truncated)
+    result = combine_conditions(truncated, verdicts, repeating, cfg.rho, cfg.mode, generator)
     masked_sessions = {row_session[i] for i, hit in zip(deciders, result.masked.tolist()) if hit}
     for i, session in enumerate(row_session):
         row_mask[i] = session is not None and session in masked_sessions

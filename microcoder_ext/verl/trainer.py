@@ -78,9 +78,9 @@ class MicrocoderSyncTrainer(PPOTrainerSync):
             return
         response_mask = data["response_mask"]
         padded = data.select("advantages", "returns").to_padded_tensor()
-        keep = (~row_mask).to(padded["advantages"].dtype).unsqueeze(-1)
-        out = TensorDict(
-            {f: response_to_nested(padded[f] * keep, response_mask) for f in ("advantages", "returns")},
-            batch_size=len(batch),
-        )
-        tq.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id, fields=out)
+        out = {}
+        for field in ("advantages", "returns"):
+            values = padded[field]
+            values[row_mask] = 0.0  # the whole row; masked rows keep their place in every denominator
+            out[field] = response_to_nested(values, response_mask)
+        tq.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id, fields=TensorDict(out, batch_size=len(batch)))
