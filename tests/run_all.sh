@@ -30,8 +30,8 @@ for suite in $SUITES; do
   case "$suite" in
     verl)
       py=$(ensure_venv verl)
-      log "suite verl: core + reward + verl adapter tests ($("$py" -c 'import verl; print("verl", verl.__version__)' 2>/dev/null))"
-      run_pytest "$py" tests/core tests/verl "$@" || status=1
+      log "suite verl: core + reward engine + verl adapter tests ($("$py" -c 'import verl; print("verl", verl.__version__)' 2>/dev/null))"
+      run_pytest "$py" tests/core tests/reward tests/verl "$@" || status=1
       ;;
     *) echo "run_all: unknown suite '$suite'" >&2; status=1 ;;
   esac

@@ -1,0 +1,1 @@
+"""OpenRLHF 0.11.x adapter (reward function for ``--reward.remote_url``)."""

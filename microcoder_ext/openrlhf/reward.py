@@ -1,0 +1,54 @@
+"""OpenRLHF 0.11.2 ``--reward.remote_url <file>.py`` adapter for the code reward.
+
+``reward_func(queries, prompts, labels, **kwargs)`` is total: it never raises and returns the same keys
+every time: ``rewards`` and ``scores`` (float tensors, one per query) and ``extra_logs`` with numeric
+tensors only: ``pass_rate``, ``num_tests`` and one-hot ``mc_verdict_<verdict>`` for every verdict of
+``microcoder_ext.core.verdicts`` (OpenRLHF crashes on string values). ``labels`` are the JSON test specs
+(``--data.label_key``). The response is ``query[len(prompt):]`` when the query starts with the prompt,
+else the text after the last assistant header; special tokens are stripped.
+"""
+
+from __future__ import annotations
+
+import re
+
+from microcoder_ext.core import verdicts as V
+
+_SPECIAL = re.compile(r"<\|[^|>]{1,40}\|>|</s>|<eos>|<end_of_turn>")
+_ASSISTANT = ("<|im_start|>assistant", "<|start_header_id|>assistant<|end_header_id|>", "<start_of_turn>model",
+              "Assistant:")
+
+
+def response_text(query: str, prompt: str) -> str:
+    """The generated part of ``query`` (decoded prompt + response, special tokens kept)."""
+    if isinstance(prompt, str) and prompt and query.startswith(prompt):
+        text = query[len(prompt):]
+    else:
+        cut = max((query.rfind(h) + len(h) if query.rfind(h) >= 0 else -1) for h in _ASSISTANT)
+        text = query[cut:] if cut >= 0 else query
+    return _SPECIAL.sub("", text)
+
+
+def _one(query, prompt, label) -> dict:
+    from microcoder_ext.reward import compute_score
+    try:
+        return compute_score("openrlhf", response_text(str(query), prompt or ""), label)
+    except Exception as e:  # noqa: BLE001 - compute_score never raises; belt and braces
+        return {"score": 0.0, "pass_rate": 0.0, "num_tests": 0, "verdict": V.SANDBOX_ERROR, "detail": str(e)}
+
+
+def reward_func(queries, prompts, labels, **kwargs) -> dict:
+    import torch
+
+    n = len(queries)
+    prompts = list(prompts) if prompts is not None else [""] * n
+    labels = list(labels) if labels is not None else [""] * n
+    results = [_one(q, prompts[i] if i < len(prompts) else "", labels[i] if i < len(labels) else "")
+               for i, q in enumerate(queries)]
+    rewards = torch.tensor([float(r["score"]) for r in results], dtype=torch.float32)
+    logs = {"pass_rate": torch.tensor([float(r["pass_rate"]) for r in results], dtype=torch.float32),
+            "num_tests": torch.tensor([float(r["num_tests"]) for r in results], dtype=torch.float32)}
+    for v in V.ALL:
+        logs[f"mc_verdict_{v}"] = torch.tensor([1.0 if r["verdict"] == v else 0.0 for r in results],
+                                               dtype=torch.float32)
+    return {"rewards": rewards, "scores": rewards.clone(), "extra_logs": logs}

@@ -1,0 +1,68 @@
+"""Code-execution reward (MicroCoder-Evaluator): extract the last complete fenced code block, run it in a
+sandbox against every test, judge in the supervisor, return a verdict from ``microcoder_ext.core.verdicts``.
+
+verl: ``reward.custom_reward_function.path=pkg://microcoder_ext.reward`` (name ``compute_score``, or
+``compute_score_async``). Every call returns the same keys (``result.RESULT_KEYS``): ``score`` (float, 1.0
+only when every test passed), ``acc``, ``pass_rate``, ``verdict`` (str), ``num_tests`` (int), ``num_passed``,
+``time_s`` (wall seconds), ``detail`` (str). It never raises: malformed ground truth or an infrastructure
+failure gives verdict ``sandbox_error`` with the reason in ``detail``.
+
+Framework-free: imports only the standard library and ``microcoder_ext.core``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+from microcoder_ext.core import verdicts as V
+
+from .engine import Engine, EngineConfig, get_engine, reset_engine
+from .extract import extract_code
+from .ground_truth import GroundTruthError, TestSuite, parse_ground_truth
+from .result import RESULT_KEYS, EvalResult
+
+__all__ = ["compute_score", "compute_score_async", "evaluate_response", "Engine", "EngineConfig", "EvalResult",
+           "GroundTruthError", "RESULT_KEYS", "TestSuite", "extract_code", "get_engine", "parse_ground_truth",
+           "reset_engine"]
+
+log = logging.getLogger("microcoder_ext.reward")
+_CALL_OPTIONS = ("timeout", "memory_mb", "stop_on_first_failure")
+
+
+def evaluate_response(response: str, ground_truth, extra_info: dict | None = None, *, engine: Engine | None = None,
+                      **options) -> EvalResult:
+    """Score one response; never raises (errors become ``sandbox_error``)."""
+    t0 = time.monotonic()
+    try:
+        suite = parse_ground_truth(ground_truth, extra_info)
+    except GroundTruthError as e:
+        return EvalResult(V.SANDBOX_ERROR, 0, 0, f"malformed ground truth: {e}", time.monotonic() - t0)
+    except Exception as e:  # noqa: BLE001 - must never escape into the trainer
+        return EvalResult(V.SANDBOX_ERROR, 0, 0, f"malformed ground truth: {type(e).__name__}: {e}",
+                          time.monotonic() - t0)
+    code = extract_code(response)
+    if code is None:
+        return EvalResult(V.NO_ANSWER, len(suite.tests), 0, "no complete fenced code block", time.monotonic() - t0)
+    try:
+        opts = {k: options[k] for k in _CALL_OPTIONS if options.get(k) is not None}
+        return (engine or get_engine()).evaluate(code, suite, **opts)
+    except Exception as e:  # noqa: BLE001
+        log.exception("microcoder reward: engine failure")
+        return EvalResult(V.SANDBOX_ERROR, len(suite.tests), 0, f"engine failure: {type(e).__name__}: {e}",
+                          time.monotonic() - t0)
+
+
+def compute_score(data_source=None, solution_str="", ground_truth=None, extra_info=None, **kwargs) -> dict:
+    """verl reward function. Options (verl ``reward_kwargs``): ``timeout`` (CPU s per test), ``memory_mb``,
+    ``stop_on_first_failure``. Returns a dict with the keys of ``RESULT_KEYS``."""
+    try:
+        return evaluate_response(solution_str, ground_truth, extra_info, **kwargs).to_dict()
+    except Exception as e:  # noqa: BLE001 - last line of defence
+        return EvalResult(V.SANDBOX_ERROR, 0, 0, f"reward failure: {type(e).__name__}: {e}").to_dict()
+
+
+async def compute_score_async(data_source=None, solution_str="", ground_truth=None, extra_info=None, **kwargs) -> dict:
+    """Awaitable :func:`compute_score` (runs in a thread; the event loop is never blocked)."""
+    return await asyncio.to_thread(compute_score, data_source, solution_str, ground_truth, extra_info, **kwargs)

@@ -1,0 +1,412 @@
+"""Runs inside a child forked from the worker: apply every sandbox layer, then run the program.
+
+Status records go to fd 3 as ``<nonce> <json>\\n`` lines (the worker ignores lines without the nonce):
+  stdin mode: ``{"s": "end", "r": "ok"|"exception"|"memory"|"compile_error", "e": msg}``
+  call mode:  per test ``{"i": i, "s": "ok", "v": <json text of the return value>}`` or
+              ``{"i": i, "s": "exception"|"memory"|"unserialisable"|"compile_error", "e": msg}``
+  any mode:   ``{"s": "setup_failed", "e": msg}`` when a sandbox layer could not be applied (infrastructure).
+The child never sees expected outputs: only the program, the inputs and its own nonce.
+"""
+
+from __future__ import annotations
+
+import builtins
+import io
+import json
+import math
+import os
+import resource
+import sys
+import threading
+import traceback
+import types
+
+from . import limits, seccomp_bpf
+from . import landlock as _landlock
+
+RESULT_FD = 3
+MAX_ERR = 2000
+_json_dumps = json.dumps
+_dumps = json.JSONEncoder(ensure_ascii=False, allow_nan=True, separators=(",", ":"), check_circular=True).encode
+
+
+def _emit(nonce: str, rec: dict) -> None:
+    data = (nonce + " " + _json_dumps(rec, separators=(",", ":")) + "\n").encode("utf-8", "replace")
+    view = memoryview(data)
+    while view:
+        view = view[os.write(RESULT_FD, view):]
+
+
+def setup(spec: dict, fds: dict, libc) -> None:
+    """Apply the layers (order matters: session, fds, cwd, rlimits, uid, pdeathsig, landlock, seccomp)."""
+    os.setsid()
+    os.dup2(fds["stdin"], 0)
+    os.dup2(fds["stdout"], 1)
+    os.dup2(fds["stderr"], 2)
+    os.dup2(fds["result"], RESULT_FD)
+    ruleset = fds.get("ruleset")
+    keep = 4
+    if ruleset is not None:
+        os.dup2(ruleset, 4)
+        keep = 5
+    os.closerange(keep, 1 << 16)
+    for fd in (0, 1, 2, RESULT_FD):
+        os.set_inheritable(fd, False)
+    os.chdir(spec["tmpdir"])
+    lim = spec["limits"]
+    limits.apply_rlimits(address_space_bytes=lim["memory_bytes"], cpu_seconds=lim["cpu_seconds"],
+                         file_size_bytes=lim["file_size_bytes"], open_files=lim["open_files"],
+                         processes=lim["processes"], stack_bytes=lim["stack_bytes"])
+    layers = spec["layers"]
+    if layers.get("uid_drop"):
+        limits.drop_privileges(spec["uid"], spec["gid"], libc, keep_read_search=bool(layers.get("landlock")))
+    limits.die_with_parent(libc, spec["parent_pid"])
+    if ruleset is not None:
+        libc.prctl(seccomp_bpf.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+        _landlock.restrict_self(4, libc)
+        os.close(4)
+    if layers.get("seccomp"):
+        seccomp_bpf.install(seccomp_bpf.build(os.getpid()), libc)
+    os.environ.clear()
+    os.environ.update({"PATH": "/usr/bin:/bin", "HOME": spec["tmpdir"], "TMPDIR": spec["tmpdir"], "LANG": "C.UTF-8",
+                       "PYTHONHASHSEED": "0", "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"})
+
+
+def _fresh_stdio() -> None:
+    sys.stdin = sys.__stdin__ = io.TextIOWrapper(io.BufferedReader(io.FileIO(0, "r", closefd=False)),
+                                                 encoding="utf-8", errors="surrogateescape")
+    sys.stdout = sys.__stdout__ = io.TextIOWrapper(io.BufferedWriter(io.FileIO(1, "w", closefd=False), 1 << 16),
+                                                   encoding="utf-8", errors="surrogateescape", newline="\n")
+    sys.stderr = sys.__stderr__ = io.TextIOWrapper(io.BufferedWriter(io.FileIO(2, "w", closefd=False)),
+                                                   encoding="utf-8", errors="backslashreplace", newline="\n",
+                                                   line_buffering=True)
+
+
+def _main_namespace(tmpdir: str) -> dict:
+    mod = types.ModuleType("__main__")
+    mod.__file__ = os.path.join(tmpdir, "solution.py")
+    mod.__builtins__ = builtins
+    sys.modules["__main__"] = mod
+    sys.argv = [mod.__file__]
+    return mod.__dict__
+
+
+def _flush() -> None:
+    for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
+        try:
+            stream.flush()
+        except BaseException:
+            pass
+
+
+def _exc_text(limit: int = MAX_ERR) -> str:
+    etype, value, _tb = sys.exc_info()
+    try:
+        text = "".join(traceback.format_exception_only(etype, value)).strip()
+    except BaseException:
+        text = getattr(etype, "__name__", "exception")
+    return text[-limit:]
+
+
+def _finish(code: int) -> None:
+    try:
+        threading._shutdown()  # join non-daemon threads, like a normal interpreter exit
+    except BaseException:
+        pass
+    _flush()
+    os._exit(code)
+
+
+def run(spec: dict, fds: dict, libc) -> None:
+    """Entry point in the forked child; never returns."""
+    nonce = spec["nonce"]
+    try:
+        setup(spec, fds, libc)
+    except BaseException as e:  # infrastructure: report, never run the program unsandboxed
+        try:
+            _emit(nonce, {"s": "setup_failed", "e": f"{type(e).__name__}: {e}"[:MAX_ERR]})
+        finally:
+            os._exit(120)
+    try:
+        _fresh_stdio()
+        sys.setrecursionlimit(spec.get("recursion_limit", 100000))
+        g = _main_namespace(spec["tmpdir"])
+        if spec["mode"] == "stdin":
+            _run_stdin(spec, g, nonce)
+        else:
+            _run_calls(spec, g, nonce)
+    except BaseException:
+        try:
+            _emit(nonce, {"s": "setup_failed", "e": "driver: " + _exc_text()})
+        finally:
+            os._exit(121)
+
+
+def _compile(spec: dict, nonce: str, index: int | None):
+    try:
+        return compile(spec["code"], "solution.py", "exec", dont_inherit=True)
+    except BaseException:
+        rec = {"s": "compile_error", "e": _exc_text()}
+        if index is not None:
+            rec["i"] = index
+        _emit(nonce, rec)
+        _finish(1)
+
+
+def _run_stdin(spec: dict, g: dict, nonce: str) -> None:
+    code = _compile(spec, nonce, None)
+    status, err, rc = "ok", "", 0
+    try:
+        exec(code, g)
+    except SystemExit as e:
+        if e.code is None or e.code == 0:
+            pass
+        elif isinstance(e.code, int):
+            status, err, rc = "exception", f"SystemExit({e.code})", e.code & 0xFF or 1
+        else:
+            try:
+                print(e.code, file=sys.stderr)
+            except BaseException:
+                pass
+            status, err, rc = "exception", f"SystemExit({str(e.code)[:200]!r})", 1
+    except MemoryError:
+        status, err, rc = "memory", "MemoryError", 1
+    except BaseException:
+        status, err, rc = "exception", _exc_text(), 1
+        try:
+            traceback.print_exc(limit=5)
+        except BaseException:
+            pass
+    try:
+        _flush()
+        threading._shutdown()
+        _flush()
+    except MemoryError:
+        status, err, rc = "memory", "MemoryError", 1
+    except BaseException:
+        pass
+    try:
+        _emit(nonce, {"s": "end", "r": status, "e": err})
+    finally:
+        os._exit(rc)
+
+
+# --- call mode -----------------------------------------------------------------------------------------
+
+class _ListNode:
+    def __init__(self, val=0, next=None):
+        self.val, self.next = val, next
+
+
+class _TreeNode:
+    def __init__(self, val=0, left=None, right=None):
+        self.val, self.left, self.right = val, left, right
+
+
+def _to_linked(values, cls):
+    head = None
+    for v in reversed(values or []):
+        head = cls(v, head)
+    return head
+
+
+def _to_tree(values, cls):
+    if not values or values[0] is None:
+        return None
+    root = cls(values[0])
+    queue, i = [root], 1
+    for node in queue:
+        if i >= len(values):
+            break
+        for side in ("left", "right"):
+            if i < len(values) and values[i] is not None:
+                child = cls(values[i])
+                setattr(node, side, child)
+                queue.append(child)
+            i += 1
+    return root
+
+
+def _from_linked(node, cap=10**6):
+    out = []
+    while node is not None:
+        out.append(node.val)
+        node = node.next
+        if len(out) > cap:
+            raise ValueError("linked list longer than 10**6 nodes (cycle?)")
+    return out
+
+
+def _from_tree(root, cap=10**6):
+    out, queue = [], [root]
+    for node in queue:
+        if node is None:
+            out.append(None)
+            continue
+        out.append(node.val)
+        queue.append(node.left)
+        queue.append(node.right)
+        if len(queue) > cap:
+            raise ValueError("tree larger than 10**6 nodes (cycle?)")
+    while out and out[-1] is None:
+        out.pop()
+    return out
+
+
+def _convert_in(value, kind, g):
+    if kind == "ListNode":
+        return _to_linked(value, g.get("ListNode", _ListNode))
+    if kind == "TreeNode":
+        return _to_tree(value, g.get("TreeNode", _TreeNode))
+    return value
+
+
+def _resolve(g: dict, fn_name: str):
+    sol = g.get("Solution")
+    if isinstance(sol, type) and hasattr(sol, fn_name):
+        return lambda: getattr(sol(), fn_name)
+    fn = g.get(fn_name)
+    if callable(fn):
+        return lambda: fn
+    return None
+
+
+def _run_calls(spec: dict, g: dict, nonce: str) -> None:
+    tests, start, fn_name = spec["tests"], spec["start"], spec["fn_name"]
+    arg_types, ret_type = spec.get("arg_types") or {}, spec.get("return_type")
+    if "ListNode" in arg_types.values() or ret_type == "ListNode":
+        g.setdefault("ListNode", _ListNode)
+    if "TreeNode" in arg_types.values() or ret_type == "TreeNode":
+        g.setdefault("TreeNode", _TreeNode)
+    code = _compile(spec, nonce, start)
+    try:
+        exec(code, g)
+    except MemoryError:
+        _emit(nonce, {"i": start, "s": "memory", "e": "MemoryError at module level"})
+        _finish(1)
+    except BaseException:
+        _emit(nonce, {"i": start, "s": "exception", "e": "at module level: " + _exc_text()})
+        _finish(1)
+    factory = _resolve(g, fn_name)
+    if factory is None:
+        _emit(nonce, {"i": start, "s": "exception", "e": f"NameError: no function or Solution method {fn_name!r}"})
+        _finish(1)
+    cpu_hard = resource.getrlimit(resource.RLIMIT_CPU)[1]
+    per_test_cpu = spec["limits"]["per_test_cpu_seconds"]
+    for i in range(start, len(tests)):
+        test = tests[i]
+        try:
+            args = [_convert_in(a, arg_types.get(str(k)), g) for k, a in enumerate(test.get("args", []))]
+            kwargs = {k: _convert_in(v, arg_types.get(k), g) for k, v in (test.get("kwargs") or {}).items()}
+            ru = resource.getrusage(resource.RUSAGE_SELF)
+            soft = int(math.ceil(ru.ru_utime + ru.ru_stime + per_test_cpu))
+            if cpu_hard != resource.RLIM_INFINITY:
+                soft = min(soft, cpu_hard)
+            resource.setrlimit(resource.RLIMIT_CPU, (soft, cpu_hard))
+            value = factory()(*args, **kwargs)
+        except MemoryError:
+            _emit(nonce, {"i": i, "s": "memory", "e": "MemoryError"})
+            _finish(1)
+        except BaseException:
+            _emit(nonce, {"i": i, "s": "exception", "e": _exc_text()})
+            continue
+        try:
+            if ret_type == "ListNode":
+                value = _from_linked(value)
+            elif ret_type == "TreeNode":
+                value = _from_tree(value)
+            text = _dumps(value)
+        except MemoryError:
+            _emit(nonce, {"i": i, "s": "memory", "e": "MemoryError while serialising"})
+            _finish(1)
+        except BaseException:
+            _emit(nonce, {"i": i, "s": "unserialisable", "e": f"return value of type {type(value).__name__} "
+                                                              f"is not JSON-serialisable: {_exc_text(300)}"})
+            continue
+        _emit(nonce, {"i": i, "s": "ok", "v": text})
+    _finish(0)
+
+
+# --- start-up probe --------------------------------------------------------------------------------------
+
+def probe(lim: dict, want: dict, tmpdir: str, ruleset, uid: int, gid: int, parent_pid: int, libc,
+          read_paths) -> dict:
+    """In a forked child: apply each wanted layer in production order and check that it bites."""
+    rep: dict = {}
+    os.chdir(tmpdir)
+    limits.apply_rlimits(address_space_bytes=lim["memory_bytes"], cpu_seconds=10, file_size_bytes=1 << 20,
+                         open_files=lim["open_files"], processes=lim["processes"], stack_bytes=lim["stack_bytes"])
+    rep["rlimits"] = "active"
+    if want.get("uid_drop"):
+        try:
+            limits.drop_privileges(uid, gid, libc, keep_read_search=ruleset is not None)
+            rep["uid_drop"] = "active"
+            rep["uid"] = os.getuid()
+            rep["kept_capabilities"] = "CAP_DAC_READ_SEARCH (reads confined by landlock)" if ruleset is not None else "none"
+        except BaseException as e:
+            rep["uid_drop"] = f"unavailable: {type(e).__name__}: {e}"
+    else:
+        rep["uid_drop"] = f"not needed (not root, uid {os.getuid()})" if os.geteuid() else "disabled"
+    limits.die_with_parent(libc, parent_pid)
+    if ruleset is not None:
+        try:
+            libc.prctl(seccomp_bpf.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+            _landlock.restrict_self(ruleset, libc)
+            rep["landlock"] = "active"
+        except BaseException as e:
+            rep["landlock"] = f"unavailable: {e}"
+    elif "landlock" not in rep:
+        rep["landlock"] = "disabled" if not want.get("landlock") else "unavailable"
+    if want.get("seccomp"):
+        try:
+            seccomp_bpf.install(seccomp_bpf.build(os.getpid()), libc)
+            rep["seccomp"] = "active"
+        except BaseException as e:
+            rep["seccomp"] = f"unavailable: {e}"
+    else:
+        rep.setdefault("seccomp", "disabled")
+    checks: dict = {}
+    try:
+        pid = os.fork()
+        if pid == 0:
+            os._exit(0)
+        os.waitpid(pid, 0)
+        checks["fork_blocked"] = False
+    except OSError:
+        checks["fork_blocked"] = True
+    try:
+        import socket
+        socket.socket(socket.AF_INET, socket.SOCK_STREAM).close()
+        checks["socket_blocked"] = False
+    except OSError:
+        checks["socket_blocked"] = True
+    try:
+        os.kill(parent_pid, 0)
+        checks["signal_parent_blocked"] = False
+    except OSError:
+        checks["signal_parent_blocked"] = True
+    outside = os.path.join(os.path.dirname(os.path.dirname(tmpdir)), f"mc-probe-{os.getpid()}")
+    try:
+        with open(outside, "w"):
+            pass
+        os.unlink(outside)
+        checks["write_outside_blocked"] = False
+    except OSError:
+        checks["write_outside_blocked"] = True
+    try:
+        with open("/etc/hostname", "rb"):
+            pass
+        checks["read_outside_blocked"] = False
+    except OSError:
+        checks["read_outside_blocked"] = True
+    rep["checks"] = checks
+    rep["unreadable_paths"] = [p for p in read_paths if os.path.isdir(p) and not _can_list(p)]
+    return rep
+
+
+def _can_list(path: str) -> bool:
+    try:
+        os.listdir(path)
+        return True
+    except OSError:
+        return False
