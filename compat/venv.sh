@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # Source me. Defines ensure_venv NAME, which prints the python of a cached virtualenv for one framework:
 #   verl      verl 0.9.1 (+TransferQueue, hydra) with CPU torch 2.13.0, pins in compat/constraints-verl-0.9.1.txt
-# Venvs live in $MICROCODER_CACHE (default ~/.cache/microcoder-ext), keyed by the constraint file and
-# the dependencies declared in pyproject.toml, so a changed pin builds a new one; each call re-installs this checkout (editable, no deps).
+#   openrlhf  OpenRLHF 0.11.2 with CPU torch 2.13.0, pins in compat/constraints-openrlhf-0.11.2.txt; no flash-attn or
+#             vLLM (they need CUDA): tests stub them with compat/cpu_stubs.py
+# Venvs live in $MICROCODER_CACHE (default ~/.cache/microcoder-ext), keyed by the constraint file, the dependencies
+# declared in pyproject.toml and the venv's _install_NAME function if it has one, so a changed pin builds a new one;
+# each call re-installs this checkout (editable, no deps).
 log() { printf "\n== %s\n" "$*" >&2; }
 ROOT=${ROOT:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)}
 CACHE=${MICROCODER_CACHE:-$HOME/.cache/microcoder-ext}
@@ -11,6 +14,7 @@ PYTHON=${PYTHON:-python3}
 _venv_spec() {  # NAME -> "constraints extras"
   case "$1" in
     verl) echo "constraints-verl-0.9.1.txt verl,test" ;;
+    openrlhf) echo "constraints-openrlhf-0.11.2.txt test" ;;
     *) echo "unknown venv '$1'" >&2; return 1 ;;
   esac
 }
@@ -24,14 +28,25 @@ _pip() {
   fi
 }
 
+# _install_openrlhf VENV CONSTRAINTS EXTRAS (torch is already in): openrlhf==0.11.2 pins flash-attn==2.8.3, which only
+# builds with CUDA, so OpenRLHF goes in with --no-deps after the dependencies its modules import; versions come from
+# the constraints file. deepspeed is an sdist whose setup.py imports torch: no build isolation (CPU, no ops built).
+_install_openrlhf() {
+  local venv=$1 c=$2 extras=$3
+  _pip "$venv" install -c "$c" transformers ray sympy pylatexenc aiohttp peft torchdata datasets pillow || return 1
+  _pip "$venv" install -c "$c" --no-build-isolation deepspeed || return 1
+  _pip "$venv" install -c "$c" --no-deps openrlhf || return 1
+  _pip "$venv" install -c "$c" -e "$ROOT[$extras]"
+}
+
 ensure_venv() {
   local name=$1 spec constraints extras
   spec=$(_venv_spec "$name") || return 1
   read -r constraints extras <<<"$spec"
   mkdir -p "$CACHE"
   local key
-  # key: the pins and the declared dependencies (not the rest of pyproject.toml)
-  key=$({ cat "$ROOT/compat/$constraints"; "$PYTHON" -c 'import sys, tomllib; p = tomllib.load(open(sys.argv[1], "rb"))["project"]; print(p["dependencies"], p["optional-dependencies"])' "$ROOT/pyproject.toml"; } | sha256sum | cut -c1-12)
+  # key: the pins, the declared dependencies (not the rest of pyproject.toml) and the install function, if any
+  key=$({ cat "$ROOT/compat/$constraints"; "$PYTHON" -c 'import sys, tomllib; p = tomllib.load(open(sys.argv[1], "rb"))["project"]; print(p["dependencies"], p["optional-dependencies"])' "$ROOT/pyproject.toml"; declare -f "_install_$name" || true; } | sha256sum | cut -c1-12)
   local venv="$CACHE/venv-$name-$key"
   if [ ! -f "$venv/.ready" ]; then
     log "creating $venv (first run only: a few minutes)"
@@ -40,7 +55,11 @@ ensure_venv() {
     _pip "$venv" install --upgrade "pip>=24" "setuptools>=77" wheel || return 1
     # CPU torch first, from the pinned local wheel: an unpinned torch would pull a multi-GB CUDA build
     _pip "$venv" install "torch==2.13.0" -c "$ROOT/compat/$constraints" || return 1
-    _pip "$venv" install -c "$ROOT/compat/$constraints" -e "$ROOT[$extras]" || return 1
+    if declare -F "_install_$name" >/dev/null; then
+      "_install_$name" "$venv" "$ROOT/compat/$constraints" "$extras" || return 1
+    else
+      _pip "$venv" install -c "$ROOT/compat/$constraints" -e "$ROOT[$extras]" || return 1
+    fi
     touch "$venv/.ready"
   fi
   # point the cached venv at this checkout (fast; no dependency resolution)

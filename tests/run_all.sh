@@ -5,12 +5,12 @@
 # and pyproject.toml; every run re-installs this checkout (editable, no deps) into them.
 #
 #   bash tests/run_all.sh                 # all suites
-#   SUITES=verl bash tests/run_all.sh     # one suite
+#   SUITES=verl bash tests/run_all.sh     # one suite (verl | openrlhf)
 #   bash tests/run_all.sh -k mask -x      # extra args go to pytest
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-SUITES=${SUITES:-verl}
+SUITES=${SUITES:-verl openrlhf}
 . "$ROOT/compat/venv.sh"
 
 
@@ -32,6 +32,13 @@ for suite in $SUITES; do
       py=$(ensure_venv verl)
       log "suite verl: core + reward engine + verl adapter tests ($("$py" -c 'import verl; print("verl", verl.__version__)' 2>/dev/null))"
       run_pytest "$py" tests/core tests/reward tests/verl "$@" || status=1
+      ;;
+    openrlhf)
+      # the reward engine's own tests (tests/reward) run in the verl suite; flash_attn/vllm are stubbed by
+      # tests/openrlhf/conftest.py (compat/cpu_stubs.py)
+      py=$(ensure_venv openrlhf)
+      log "suite openrlhf: core + OpenRLHF adapter tests ($("$py" -c 'import openrlhf, importlib.metadata as m; print("openrlhf", m.version("openrlhf"))' 2>/dev/null))"
+      run_pytest "$py" tests/core tests/openrlhf "$@" || status=1
       ;;
     *) echo "run_all: unknown suite '$suite'" >&2; status=1 ;;
   esac

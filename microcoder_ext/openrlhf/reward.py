@@ -29,10 +29,30 @@ def response_text(query: str, prompt: str) -> str:
     return _SPECIAL.sub("", text)
 
 
+def _as_list(x) -> list:
+    """OpenRLHF passes lists; a bare value (str, bytes, dict, ...) counts as one sample and None as none."""
+    if x is None:
+        return []
+    if isinstance(x, (str, bytes, dict)):
+        return [x]
+    try:
+        return list(x)
+    except Exception:  # noqa: BLE001 - not iterable, or iteration fails
+        return [x]
+
+
+def _text(x) -> str:
+    if x is None:
+        return ""
+    if isinstance(x, (bytes, bytearray)):
+        return bytes(x).decode("utf-8", "replace")
+    return x if isinstance(x, str) else str(x)
+
+
 def _one(query, prompt, label) -> dict:
     from microcoder_ext.reward import compute_score
     try:
-        return compute_score("openrlhf", response_text(str(query), prompt or ""), label)
+        return compute_score("openrlhf", response_text(_text(query), _text(prompt)), label)
     except Exception as e:  # noqa: BLE001 - compute_score never raises; belt and braces
         return {"score": 0.0, "pass_rate": 0.0, "num_tests": 0, "verdict": V.SANDBOX_ERROR, "detail": str(e)}
 
@@ -40,9 +60,7 @@ def _one(query, prompt, label) -> dict:
 def reward_func(queries, prompts, labels, **kwargs) -> dict:
     import torch
 
-    n = len(queries)
-    prompts = list(prompts) if prompts is not None else [""] * n
-    labels = list(labels) if labels is not None else [""] * n
+    queries, prompts, labels = _as_list(queries), _as_list(prompts), _as_list(labels)
     results = [_one(q, prompts[i] if i < len(prompts) else "", labels[i] if i < len(labels) else "")
                for i, q in enumerate(queries)]
     rewards = torch.tensor([float(r["score"]) for r in results], dtype=torch.float32)

@@ -13,7 +13,13 @@ def test_matrix_file_matches_code():
     assert {k: v["supported"] for k, v in matrix.items()} == compat.SUPPORTED
     for name, entry in matrix.items():
         assert compat.is_supported(name, entry["tested"])
-        assert (ROOT / "compat" / entry["constraints"]).name.startswith(f"constraints-{name}-")
+        constraints = ROOT / "compat" / entry["constraints"]
+        assert constraints.name == f"constraints-{name}-{entry['tested']}.txt"
+        assert constraints.is_file(), f"compat/matrix.toml names {constraints.name}, which does not exist"
+        pins = dict(line.split("==", 1) for line in constraints.read_text().splitlines()
+                    if line.strip() and not line.startswith("#"))
+        assert pins[name] == entry["tested"]  # the venv tests the version the matrix says
+        assert pins["torch"] == "2.13.0"  # CPU wheel, no local version suffix
 
 
 def test_version_ranges():
