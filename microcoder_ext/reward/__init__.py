@@ -47,7 +47,9 @@ def evaluate_response(response: str, ground_truth, extra_info: dict | None = Non
         return EvalResult(V.NO_ANSWER, len(suite.tests), 0, "no complete fenced code block", time.monotonic() - t0)
     try:
         opts = {k: options[k] for k in _CALL_OPTIONS if options.get(k) is not None}
-        return (engine or get_engine()).evaluate(code, suite, **opts)
+        if engine is None:
+            engine = get_engine(options.get("backend"), options.get("sandbox_fusion_url"))
+        return engine.evaluate(code, suite, **opts)
     except Exception as e:  # noqa: BLE001
         log.exception("microcoder reward: engine failure")
         return EvalResult(V.SANDBOX_ERROR, len(suite.tests), 0, f"engine failure: {type(e).__name__}: {e}",
@@ -56,7 +58,9 @@ def evaluate_response(response: str, ground_truth, extra_info: dict | None = Non
 
 def compute_score(data_source=None, solution_str="", ground_truth=None, extra_info=None, **kwargs) -> dict:
     """verl reward function. Options (verl ``reward_kwargs``): ``timeout`` (CPU s per test), ``memory_mb``,
-    ``stop_on_first_failure``. Returns a dict with the keys of ``RESULT_KEYS``."""
+    ``stop_on_first_failure``, ``backend`` (``local`` default, or ``sandbox_fusion`` with
+    ``sandbox_fusion_url``; env MICROCODER_REWARD_BACKEND / MICROCODER_SANDBOX_FUSION_URL). Returns a dict
+    with the keys of ``RESULT_KEYS``."""
     try:
         return evaluate_response(solution_str, ground_truth, extra_info, **kwargs).to_dict()
     except Exception as e:  # noqa: BLE001 - last line of defence

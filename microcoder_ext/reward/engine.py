@@ -1,30 +1,78 @@
 """The supervisor: a pool of pre-started sandbox workers, safe to call from any thread (verl's thread
-pool, OpenRLHF's ``asyncio.to_thread``). It alone holds the expected outputs and does every comparison.
+pool, OpenRLHF's ``asyncio.to_thread``) and from Ray actors (verl's ``remote`` reward manager). It alone
+holds the expected outputs and does every comparison.
+
+Start-up is lazy and cheap: nothing happens at import; the first ``evaluate`` starts one worker
+(``subprocess.Popen`` of a fresh interpreter: the host process is never forked), more start only while
+every started worker is busy, up to ``workers``. At interpreter exit (``atexit``) the workers are told
+to exit; if the host dies without running atexit (SIGKILL of a Ray actor), each worker sees its command
+pipe close and exits, and its sandboxed children die with it (parent-death signal, which they cannot
+clear).
+
+Concurrency: every job holds one node-wide slot while its sandboxed child runs (``concurrency.NodeSlots``:
+flock'd lock files shared by all processes of the node, e.g. verl's 8 RewardLoopWorkers), so the node
+never runs more sandboxed programs at once than it has slots (default: usable cores, cgroup quota
+included). The slot index also selects the job's sandbox uid (``uid + slot``).
+
+Sandbox design (details in ``sandbox/``): per test a child forked from a per-job process of the worker,
+in its own session, with real pipes/memfds, a private temp dir, rlimits, a wall-clock kill, an output
+cap, a seccomp filter and landlock, and -- when the host runs as root -- an unprivileged uid with no
+capability at all. Why no capability: an interpreter installed under a private home (``/root/.pyenv``, a
+venv under ``/root``; ``/root`` is 0700) is not importable by the sandbox uid. The previous design kept
+CAP_DAC_READ_SEARCH in the child for that, trusting landlock to confine reads; but that capability
+bypasses the file modes of everything inside the allowlist (0600 files in a venv or an extra read
+path), lets the child stat/getxattr/inotify any path on the machine (landlock does not mediate these),
+and ``open_by_handle_at`` with it reads any file on a mounted filesystem unless seccomp denies it. Running
+the child as uid 0 with every capability dropped was rejected too: uid 0 still owns every root file
+(read/write through the owner bits wherever landlock is missing, e.g. GPU pods without the LSM), can
+direct SIGIO at root processes and passes uid checks against the trainer. Chosen: the worker (root)
+opens ``O_PATH`` descriptors of the allowlisted interpreter directories the sandbox uid cannot reach,
+and the child imports through ``/proc/self/fd/N`` (the kernel does not check search permission on the
+ancestors of a descriptor), while every file it opens is still checked against its mode and the
+landlock allowlist. Only done when landlock is active (without it ``..`` from such a descriptor could
+reach world-readable files under the private home); then non-preimported modules from such an
+interpreter cannot be imported and the engine says so once.
 
 Configuration (constructor arguments, or environment variables for the process-wide :func:`get_engine`):
-  workers        MICROCODER_REWARD_WORKERS        concurrent sandboxes (default: usable CPU cores)
+  workers        MICROCODER_REWARD_WORKERS        max worker processes in this process (default: node slots)
+  node_slots     MICROCODER_REWARD_NODE_SLOTS     node-wide concurrent sandboxes (default: usable cores,
+                                                  cgroup CPU quota included; 0 = per-process limit only)
+  slots_dir      MICROCODER_REWARD_SLOTS_DIR      lock directory shared by the node's processes
+                                                  (default /dev/shm/microcoder-reward-slots-<euid>)
+  slot_timeout   MICROCODER_REWARD_SLOT_TIMEOUT   seconds to wait for a slot before ``sandbox_error`` (600)
+  worker_idle_timeout MICROCODER_REWARD_WORKER_IDLE_S  idle workers beyond the last used one exit (300 s)
   timeout        MICROCODER_REWARD_TIMEOUT        CPU seconds per test (default 5); wall clock 2x+1 s
   memory_mb      MICROCODER_REWARD_MEMORY_MB      address-space limit per run, MiB (default 2048)
   output_limit   MICROCODER_REWARD_OUTPUT_LIMIT   bytes of output per test (default 16 MiB; raised to
                                                   2x the expected output + 1 KiB when that is larger)
   stop_on_first_failure                           default True (binary score; pass_rate is then a lower bound)
   require_seccomp MICROCODER_SANDBOX_REQUIRE_SECCOMP fail closed without seccomp (default 1)
-  uid            MICROCODER_SANDBOX_UID           unprivileged uid (and gid) when running as root (65534)
+  uid            MICROCODER_SANDBOX_UID           first sandbox uid (and gid) when running as root (60600);
+                                                  slot k runs as uid + k, a worker's start-up probe as
+                                                  uid + slots (60578-61183 is unused by systemd and
+                                                  distributions and fits a 16-bit user namespace map)
+  uid_per_slot   MICROCODER_SANDBOX_UID_PER_SLOT  0: every job runs as ``uid`` (default 1)
+  require_uid_drop MICROCODER_SANDBOX_REQUIRE_UID_DROP as root, refuse to run when the uid drop fails (1)
   preimport      MICROCODER_SANDBOX_PREIMPORT     extra modules imported by the workers (comma list)
+  extra_read_paths MICROCODER_SANDBOX_READ_PATHS  extra read-only paths for the programs (``:`` list)
+  tmp_root       MICROCODER_SANDBOX_TMPDIR        where the per-job temp dirs live (default: $TMPDIR or /tmp)
 """
 
 from __future__ import annotations
 
 import atexit
+import json
 import logging
 import os
+import signal
 import threading
 import time
 from dataclasses import asdict, dataclass, field
 
 from microcoder_ext.core import verdicts as V
 
-from .compare import compare_stdout, compare_values, parse_json_value
+from .compare import big_int, compare_stdout, compare_values
+from .concurrency import LocalSlots, NodeSlots, SlotsUnavailable, available_cores
 from .ground_truth import TestCase, TestSuite
 from .result import EvalResult
 from .worker_client import WorkerError, WorkerProcess
@@ -39,10 +87,8 @@ _STATUS_VERDICT = {"exception": V.RUNTIME_ERROR, "signal": V.RUNTIME_ERROR, "mem
 
 
 def usable_cores() -> int:
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:
-        return max(1, os.cpu_count() or 1)
+    """Cores this process may use (affinity and cgroup CPU quota)."""
+    return available_cores()
 
 
 def _env(name: str, default, cast=str):
@@ -56,7 +102,7 @@ def _env(name: str, default, cast=str):
 
 @dataclass
 class EngineConfig:
-    workers: int = 0  # 0: usable cores
+    workers: int = 0  # 0: as many as node slots
     timeout: float = 5.0
     wall_timeout: float | None = None
     memory_mb: int = 2048
@@ -66,8 +112,16 @@ class EngineConfig:
     seccomp: bool = True
     landlock: bool = True
     uid_drop: bool = True
-    uid: int = 65534
+    require_uid_drop: bool = True
+    uid: int = 60600
+    uid_per_slot: bool = True
+    node_slots: int | None = None  # None: usable cores; 0: per-process limit only
+    slots_dir: str | None = None
+    slot_timeout: float = 600.0
+    worker_idle_timeout: float = 300.0
     preimport: list = field(default_factory=list)
+    extra_read_paths: list = field(default_factory=list)
+    tmp_root: str | None = None
     debug: bool = False
 
     @classmethod
@@ -77,45 +131,99 @@ class EngineConfig:
                    memory_mb=_env("MICROCODER_REWARD_MEMORY_MB", 2048, int),
                    output_limit=_env("MICROCODER_REWARD_OUTPUT_LIMIT", 16 * MiB, int),
                    require_seccomp=_env("MICROCODER_SANDBOX_REQUIRE_SECCOMP", True, bool),
-                   uid=_env("MICROCODER_SANDBOX_UID", 65534, int),
+                   require_uid_drop=_env("MICROCODER_SANDBOX_REQUIRE_UID_DROP", True, bool),
+                   uid=_env("MICROCODER_SANDBOX_UID", 60600, int),
+                   uid_per_slot=_env("MICROCODER_SANDBOX_UID_PER_SLOT", True, bool),
+                   node_slots=_env("MICROCODER_REWARD_NODE_SLOTS", None, int),
+                   slots_dir=_env("MICROCODER_REWARD_SLOTS_DIR", None),
+                   slot_timeout=_env("MICROCODER_REWARD_SLOT_TIMEOUT", 600.0, float),
+                   worker_idle_timeout=_env("MICROCODER_REWARD_WORKER_IDLE_S", 300.0, float),
                    preimport=[m for m in _env("MICROCODER_SANDBOX_PREIMPORT", "").split(",") if m.strip()],
+                   extra_read_paths=[p for p in _env("MICROCODER_SANDBOX_READ_PATHS", "").split(os.pathsep) if p],
+                   tmp_root=_env("MICROCODER_SANDBOX_TMPDIR", None),
                    debug=_env("MICROCODER_SANDBOX_DEBUG", False, bool))
 
-    def worker_cfg(self) -> dict:
-        return {"uid": self.uid, "gid": self.uid, "require_seccomp": self.require_seccomp, "seccomp": self.seccomp,
-                "landlock": self.landlock, "uid_drop": self.uid_drop, "preimport": list(self.preimport),
-                "timeout": self.timeout, "memory_mb": self.memory_mb, "debug": self.debug}
+    def slot_count(self) -> int:
+        return self.node_slots if self.node_slots else available_cores()
+
+    def worker_cfg(self, uid_max: int | None = None, uid_exclusive: bool = False) -> dict:
+        return {"uid": self.uid, "gid": self.uid, "uid_max": self.uid if uid_max is None else uid_max,
+                "uid_exclusive": uid_exclusive,
+                "require_seccomp": self.require_seccomp, "seccomp": self.seccomp, "landlock": self.landlock,
+                "uid_drop": self.uid_drop, "require_uid_drop": self.require_uid_drop,
+                "preimport": list(self.preimport), "extra_read_paths": list(self.extra_read_paths),
+                "tmp_root": self.tmp_root, "timeout": self.timeout, "memory_mb": self.memory_mb,
+                "debug": self.debug}
 
 
 class Engine:
     """Thread-safe pool of sandbox workers. ``evaluate(code, suite)`` -> :class:`EvalResult`."""
 
+    backend = "local"
+
     def __init__(self, config: EngineConfig | None = None, **overrides):
         cfg = config or EngineConfig()
         self.config = EngineConfig(**{**asdict(cfg), **overrides})
-        self.size = self.config.workers or usable_cores()
+        self.slot_count = self.config.slot_count()
+        self.size = self.config.workers or self.slot_count
         self._cond = threading.Condition()
         self._idle: list[WorkerProcess] = []
         self._all: set[WorkerProcess] = set()
         self._started = 0
         self._closed = False
+        self._slots = None
+        self._slots_lock = threading.Lock()
         self.layers: dict | None = None
         self.fatal: str | None = None
         self.pid = os.getpid()
+        root = os.geteuid() == 0 and self.config.uid_drop
+        self.uid_max = self.config.uid + self.slot_count - 1 if root and self.config.uid_per_slot else self.config.uid
+        self._uid_range_ok = True
         atexit.register(self.close)
 
+    # --- node slots --------------------------------------------------------------------------------
+    def slots(self):
+        """The slot pool (created on first use): node-wide unless disabled or unusable."""
+        with self._slots_lock:
+            if self._slots is None:
+                if self.config.node_slots == 0:
+                    self._slots = LocalSlots(self.slot_count)
+                else:
+                    try:
+                        self._slots = NodeSlots(self.slot_count, self.config.slots_dir)
+                    except (SlotsUnavailable, OSError) as e:
+                        log.warning("microcoder reward: node-wide sandbox slots unavailable (%s); limiting "
+                                    "concurrency per process only", e)
+                        self._slots = LocalSlots(self.slot_count)
+            return self._slots
+
+    def uid_exclusive(self) -> bool:
+        """Whether a job's uid belongs to it alone on this node while it runs (node-wide slot per uid)."""
+        return (self._uid_range_ok and self.config.uid_per_slot and os.geteuid() == 0 and self.config.uid_drop
+                and self.uid_max - self.config.uid + 1 == self.slot_count
+                and getattr(self.slots(), "node_wide", False))
+
+    def job_uid(self, slot: int) -> int:
+        if self.uid_max == self.config.uid or not self._uid_range_ok:
+            return self.config.uid
+        return self.config.uid + slot % (self.uid_max - self.config.uid + 1)
+
     # --- pool ------------------------------------------------------------------------------------
-    def warmup(self) -> dict:
-        """Start every missing worker now (in parallel); returns the sandbox layer report."""
+    def warmup(self, n: int | None = None) -> dict:
+        """Start missing workers now (in parallel; all of them unless ``n``); returns the sandbox layer
+        report. Optional: ``evaluate`` starts workers on demand."""
+        self.slots()
         with self._cond:
-            n = self.size - self._started
-            self._started += max(0, n)
-        fresh = [self._spawn_safe() for _ in range(max(0, n))]
+            n = max(0, min(self.size if n is None else n, self.size) - self._started)
+            self._started += n
+        fresh = [self._spawn_safe() for _ in range(n)]
         ready = []
         for w in fresh:
             ok = w is not None and self._await_hello(w)
             if ok:
                 ready.append(w)
+        for w in ready:
+            w.idle_since = time.monotonic()
         with self._cond:
             self._started -= len(fresh) - len(ready)
             self._idle.extend(ready)
@@ -124,7 +232,7 @@ class Engine:
 
     def _spawn_safe(self):
         try:
-            w = WorkerProcess(self.config.worker_cfg())
+            w = WorkerProcess(self.config.worker_cfg(self.uid_max, self.uid_exclusive()))
         except OSError as e:
             self.fatal = self.fatal or f"cannot start a sandbox worker: {e}"
             return None
@@ -142,6 +250,9 @@ class Engine:
         if self.layers is None:
             self.layers = hello.get("layers") or {}
             self._report(hello)
+        lay = hello.get("layers") or {}
+        if lay.get("uid_range"):  # the worker found the uid range unusable: one shared uid
+            self._uid_range_ok = False
         if hello.get("fatal"):
             self.fatal = hello["fatal"]
             self._discard(w)
@@ -151,30 +262,36 @@ class Engine:
     def _report(self, hello: dict) -> None:
         lay = hello.get("layers") or {}
         parts = [f"{k}={lay.get(k)}" for k in ("uid_drop", "seccomp", "landlock", "rlimits")]
-        log.info("microcoder reward sandbox layers: %s (landlock ABI %s, checks %s)", ", ".join(parts),
-                 lay.get("landlock_abi"), lay.get("checks"))
+        log.info("microcoder reward sandbox layers: %s (landlock ABI %s, capabilities %s, checks %s)", ", ".join(parts),
+                 lay.get("landlock_abi"), lay.get("capabilities"), lay.get("checks"))
         for k in ("uid_drop", "seccomp", "landlock"):
             v = str(lay.get(k))
             if v != "active" and not v.startswith("not needed"):
                 log.warning("microcoder reward sandbox: layer %s is %s", k, v)
+        if lay.get("landlock") != "active":
+            log.warning("microcoder reward sandbox: without landlock, sandboxed programs can read every file that "
+                        "is readable by 'other' (e.g. a training set in a world-readable directory: keep data "
+                        "in directories closed to other users) and see /proc")
+        if lay.get("uid_range"):
+            log.warning("microcoder reward sandbox: %s", lay["uid_range"])
         if lay.get("unreadable_paths"):
             log.warning("microcoder reward sandbox: %s not readable by the sandbox uid: model code cannot import "
                         "third-party packages from there (pre-imported: MICROCODER_SANDBOX_PREIMPORT)",
                         ", ".join(lay["unreadable_paths"]))
 
-    def _discard(self, w: WorkerProcess) -> None:
+    def _discard(self, w: WorkerProcess, job_uid: int | None = None) -> None:
         w.kill()
+        if job_uid is not None and self.uid_exclusive():
+            kill_uid_processes(job_uid)  # belt and braces: nothing of that job may survive its worker
         with self._cond:
             self._all.discard(w)
 
     def _acquire(self) -> WorkerProcess | None:
-        if self._started == 0 and self.layers is None:
-            self.warmup()
         while True:
             with self._cond:
-                while not self._idle and self._started >= self.size and not self.fatal:
+                while not self._idle and self._started >= self.size and not self.fatal and not self._closed:
                     self._cond.wait()
-                if self.fatal:
+                if self.fatal or self._closed:
                     return None
                 if self._idle:
                     return self._idle.pop()
@@ -188,21 +305,38 @@ class Engine:
             if self.fatal:
                 return None
 
-    def _release(self, w: WorkerProcess | None, broken: bool) -> None:
+    def _release(self, w: WorkerProcess | None, broken: bool, job_uid: int | None = None) -> None:
         if w is not None and (broken or not w.alive() or self._closed):
-            self._discard(w)
+            self._discard(w, job_uid if broken else None)
             w = None
+        now = time.monotonic()
+        retire = []
         with self._cond:
             if w is None:
                 self._started -= 1
             else:
+                w.idle_since = now
                 self._idle.append(w)
+                # workers idle for long (a burst is over) go away; the most recently used one stays
+                limit = now - self.config.worker_idle_timeout
+                retire = [x for x in self._idle[:-1] if getattr(x, "idle_since", now) < limit]
+                if retire:
+                    self._idle = [x for x in self._idle if x not in retire]
+                    self._started -= len(retire)
             self._cond.notify()
+        for x in retire:
+            x.close()
+            with self._cond:
+                self._all.discard(x)
 
     def close(self) -> None:
         self._closed = True
         with self._cond:
             workers, self._idle = list(self._all), []
+            self._cond.notify_all()
+        with self._slots_lock:
+            if self._slots is not None:
+                self._slots.close()  # wakes threads waiting for a slot (they return sandbox_error)
         for w in workers:
             w.close()
 
@@ -222,24 +356,32 @@ class Engine:
                "arg_types": suite.arg_types, "return_type": suite.return_type,
                "tests": [encode_big_ints(t.input) for t in suite.tests], "caps": [self._cap(t, suite) for t in suite.tests],
                "limits": {"timeout": timeout, "wall_timeout": wall, "memory_mb": memory_mb}}
-        w = self._acquire()
-        if w is None:
-            return EvalResult(V.SANDBOX_ERROR, n, 0, f"sandbox unavailable: {self.fatal}", time.monotonic() - t0)
-        broken = True
+        slots = self.slots()
+        slot = slots.acquire(self.config.slot_timeout)
+        if slot is None:
+            why = "engine closed" if self._closed else f"no free sandbox slot within {self.config.slot_timeout:.0f} s"
+            return EvalResult(V.SANDBOX_ERROR, n, 0, f"sandbox unavailable: {why}", time.monotonic() - t0)
         try:
-            res = self._run_job(w, job, suite, stop_first, wall + 10)
-            broken = False
-        except WorkerError as e:
-            res = EvalResult(V.SANDBOX_ERROR, n, 0, f"sandbox worker failure: {e}")
+            w = self._acquire()
+            if w is None:
+                why = self.fatal or "engine closed"
+                return EvalResult(V.SANDBOX_ERROR, n, 0, f"sandbox unavailable: {why}", time.monotonic() - t0)
+            job["uid"] = uid = self.job_uid(slot)
+            broken = True
+            try:
+                res = self._run_job(w, job, suite, stop_first, wall + 10)
+                broken = False
+            except WorkerError as e:
+                res = EvalResult(V.SANDBOX_ERROR, n, 0, f"sandbox worker failure: {e}")
+            finally:
+                self._release(w, broken, uid)
         finally:
-            self._release(w, broken)
+            slots.release(slot)
         res.time_s = time.monotonic() - t0
         return res
 
     def _cap(self, test: TestCase, suite: TestSuite) -> int:
-        exp = test.expected
-        size = len(exp.encode()) if isinstance(exp, str) else _json_size(exp)
-        return max(self.config.output_limit, 2 * size + 1024)
+        return output_cap(test.expected, self.config.output_limit)
 
     def _run_job(self, w: WorkerProcess, job: dict, suite: TestSuite, stop_first: bool, msg_timeout: float) -> EvalResult:
         n = len(suite.tests)
@@ -296,7 +438,7 @@ class Engine:
                 return False, V.SANDBOX_ERROR, "worker returned no stdout"
         else:
             try:
-                actual = parse_json_value(msg.get("value"))
+                actual = _parse_value(msg.get("value"), test.expected)
             except (TypeError, ValueError, RecursionError) as e:
                 return False, V.WRONG_ANSWER, f"return value not decodable: {e}"
         if suite.checker is not None:
@@ -315,6 +457,47 @@ class Engine:
                 ok2, _ = compare_values(test.expected[0], actual, float_tol=suite.float_tol, unordered=suite.unordered)
                 ok = ok2 or ok
         return ok, V.WRONG_ANSWER, why
+
+
+class _TooLong(float):
+    """An integer literal longer than any integer of the expected value: it cannot be equal to one."""
+
+    def __new__(cls):
+        return super().__new__(cls, "nan")
+
+    def __repr__(self):
+        return "<integer longer than expected>"
+
+
+def _max_int_digits(v, depth: int = 0) -> int:
+    if isinstance(v, bool) or depth > 200:
+        return 0
+    if isinstance(v, int):
+        return v.bit_length() * 30103 // 100000 + 2
+    if isinstance(v, (list, tuple)):
+        return max((_max_int_digits(x, depth + 1) for x in v), default=0)
+    if isinstance(v, dict):
+        return max((_max_int_digits(x, depth + 1) for x in v.values()), default=0)
+    return 0
+
+
+def _parse_value(text, expected):
+    """``compare.parse_json_value`` with one guard: decimal-to-int conversion is quadratic in CPython, so
+    a returned (or forged) integer of megabytes of digits would stall the supervisor (the trainer's reward
+    thread) for minutes. An integer literal with more digits than any integer of the expected value
+    (at least 4300) cannot equal one and is decoded as NaN, which equals nothing."""
+    if not isinstance(text, str):
+        raise TypeError(f"value is {type(text).__name__}, not JSON text")
+    limit = max(4300, _max_int_digits(expected) + 2)
+    return json.loads(text, parse_int=lambda t: big_int(t) if len(t) <= limit else _TooLong())
+
+
+def output_cap(expected, output_limit: int) -> int:
+    """Output cap of a test: ``output_limit``, or twice the expected size when that is larger, rounded up
+    to a power of two (the cap is visible to the program: it must not reveal the expected length)."""
+    size = len(expected.encode()) if isinstance(expected, str) else _json_size(expected)
+    need = 2 * size + 1024
+    return output_limit if need <= output_limit else 1 << (need - 1).bit_length()
 
 
 BIG_INT_KEY = "__mc_bigint__"
@@ -344,23 +527,58 @@ def _json_size(v) -> int:
     return len(str(v)) + 2
 
 
-_engine: Engine | None = None
+_engines: dict = {}
 _engine_lock = threading.Lock()
+BACKENDS = ("local", "sandbox_fusion")
 
 
-def get_engine() -> Engine:
-    """The process-wide engine (configured from the environment); recreated after a fork of the host."""
-    global _engine
+def get_engine(backend: str | None = None, sandbox_fusion_url: str | None = None):
+    """The process-wide engine of a backend (configured from the environment; recreated after a fork of
+    the host). ``backend``: ``local`` (default, or MICROCODER_REWARD_BACKEND) or ``sandbox_fusion``
+    (URL from the argument or MICROCODER_SANDBOX_FUSION_URL)."""
+    backend = (backend or os.environ.get("MICROCODER_REWARD_BACKEND") or "local").strip().lower()
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown reward backend {backend!r} (one of {', '.join(BACKENDS)})")
+    if backend == "sandbox_fusion":
+        sandbox_fusion_url = sandbox_fusion_url or os.environ.get("MICROCODER_SANDBOX_FUSION_URL")
+        if not sandbox_fusion_url:
+            raise ValueError("backend sandbox_fusion needs sandbox_fusion_url= or MICROCODER_SANDBOX_FUSION_URL")
+    key = (backend, sandbox_fusion_url if backend == "sandbox_fusion" else None)
     with _engine_lock:
-        if _engine is None or _engine.pid != os.getpid():
-            _engine = Engine(EngineConfig.from_env())
-        return _engine
+        eng = _engines.get(key)
+        if eng is None or eng.pid != os.getpid():
+            if backend == "local":
+                eng = Engine(EngineConfig.from_env())
+            else:
+                from .sandbox_fusion import SandboxFusionEngine, SandboxFusionConfig
+                eng = SandboxFusionEngine(SandboxFusionConfig.from_env(url=sandbox_fusion_url))
+            _engines[key] = eng
+        return eng
 
 
 def reset_engine() -> None:
-    """Close the process-wide engine (tests)."""
-    global _engine
+    """Close the process-wide engines (tests)."""
     with _engine_lock:
-        if _engine is not None and _engine.pid == os.getpid():
-            _engine.close()
-        _engine = None
+        for eng in _engines.values():
+            if eng.pid == os.getpid():
+                eng.close()
+        _engines.clear()
+
+
+def kill_uid_processes(uid: int) -> int:
+    """SIGKILL every process whose real uid is ``uid`` (a per-slot sandbox uid); returns how many."""
+    n = 0
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/status") as f:
+                for line in f:
+                    if line.startswith("Uid:"):
+                        if int(line.split()[1]) == uid:
+                            os.kill(int(name), signal.SIGKILL)
+                            n += 1
+                        break
+        except (OSError, ValueError):
+            pass
+    return n

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -70,7 +71,8 @@ class WorkerProcess:
         return self.proc.poll() is None
 
     def kill(self) -> None:
-        """SIGKILL the worker's session (its sandboxed children die with it via PDEATHSIG)."""
+        """SIGKILL the worker's session (its sandboxed children die with it via PDEATHSIG) and remove
+        its temp dir (a killed worker cannot)."""
         try:
             os.killpg(self.proc.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
@@ -84,6 +86,12 @@ class WorkerProcess:
             self.proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
             pass
+        self._remove_base()
+
+    def _remove_base(self) -> None:
+        base = (self.hello or {}).get("base")
+        if isinstance(base, str) and os.path.basename(base).startswith("microcoder-sbx-lk-") and os.path.isabs(base):
+            shutil.rmtree(base, ignore_errors=True)  # fd-based: does not follow symlinks left by programs
 
     def close(self) -> None:
         try:
@@ -94,3 +102,5 @@ class WorkerProcess:
             pass
         if self.alive():
             self.kill()
+        else:
+            self._remove_base()

@@ -1,21 +1,71 @@
-"""Shared fixtures for the code-reward tests: one sandbox engine per session (short time limits)."""
+"""Shared fixtures for the code-reward tests: one sandbox engine per session (short time limits).
+
+The session engine is hermetic, so that other test runs on the same machine cannot disturb these checks
+(nor be disturbed by them): its own node-slot directory, its own temp root and its own sandbox uid range
+(``sandbox_pids`` counts processes of that range only, which is how a leftover sandboxed process is found
+even after it was re-parented away from the engine).
+"""
 
 import json
 import os
+import shutil
+import tempfile
 
 import pytest
 
 from microcoder_ext.reward import Engine, EngineConfig, evaluate_response
 
+#: sandbox uids of this session's engine: EngineConfig.uid + slot (slot < node_slots)
+NODE_SLOTS = 2
+UID_BASE = 60700 + 2 * (os.getpid() % 240)
+SANDBOX_UID_MIN, SANDBOX_UID_MAX = UID_BASE, UID_BASE + NODE_SLOTS - 1
+
+
+def private_dir(prefix: str, mode: int = 0o711) -> str:
+    """A directory in /tmp (whose ancestors the sandbox uid can search, unlike pytest's 0700 tmp_path)."""
+    d = tempfile.mkdtemp(prefix=prefix)
+    os.chmod(d, mode)
+    return d
+
 
 @pytest.fixture(scope="session")
-def engine():
-    eng = Engine(EngineConfig(workers=2, timeout=1.0, memory_mb=512))
+def sandbox_dirs():
+    dirs = {"tmp_root": private_dir("mc-test-sbx-"), "slots_dir": private_dir("mc-test-slots-", 0o700)}
+    yield dirs
+    for d in dirs.values():
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def engine_config(sandbox_dirs, **kw) -> EngineConfig:
+    base = dict(workers=2, timeout=1.0, memory_mb=512, uid=UID_BASE, node_slots=NODE_SLOTS, **sandbox_dirs)
+    return EngineConfig(**{**base, **kw})
+
+
+@pytest.fixture(scope="session")
+def engine(sandbox_dirs):
+    eng = Engine(engine_config(sandbox_dirs))
     report = eng.warmup()
     assert eng.fatal is None, eng.fatal
     assert report.get("seccomp") == "active", report
     yield eng
     eng.close()
+
+
+@pytest.fixture(scope="session")
+def engine_factory(sandbox_dirs):
+    """engine_factory(**config) -> a started hermetic Engine (closed at the end of the session)."""
+    made = []
+
+    def make(**kw):
+        eng = Engine(engine_config(sandbox_dirs, **kw))
+        eng.warmup()
+        assert eng.fatal is None, eng.fatal
+        made.append(eng)
+        return eng
+
+    yield make
+    for eng in made:
+        eng.close()
 
 
 @pytest.fixture
@@ -39,16 +89,28 @@ def sandbox_pids():
     return sandbox_processes
 
 
-def sandbox_processes():
-    """pids of live processes owned by the sandbox uid 65534 (leftover children)."""
+@pytest.fixture(scope="session")
+def sandbox_uids():
+    """(first, last) sandbox uid of this session's engines."""
+    return SANDBOX_UID_MIN, SANDBOX_UID_MAX
+
+
+def sandbox_processes(uid_min: int = SANDBOX_UID_MIN, uid_max: int = SANDBOX_UID_MAX):
+    """pids of live processes whose real uid is in this session's sandbox range (leftover children).
+    Zombies do not count: they are dead, only not yet reaped by whoever inherited them."""
     out = []
     for pid in os.listdir("/proc"):
         if pid.isdigit():
             try:
                 with open(f"/proc/{pid}/status") as f:
+                    zombie = False
                     for line in f:
-                        if line.startswith("Uid:") and line.split()[1] == "65534":
-                            out.append(int(pid))
-            except OSError:
+                        if line.startswith("State:"):
+                            zombie = line.split()[1] in ("Z", "X")
+                        elif line.startswith("Uid:"):
+                            if uid_min <= int(line.split()[1]) <= uid_max and not zombie:
+                                out.append(int(pid))
+                            break
+            except (OSError, ValueError):
                 pass
     return out

@@ -1,10 +1,21 @@
 """Process sandbox for model-generated Python: pre-started workers that fork one child per run.
 
+Processes: supervisor (the host: verl RewardLoopWorker, Ray actor, OpenRLHF) -> worker W (``Popen`` of a
+fresh interpreter, own session, scrubbed env; never reads a job) -> job process J (forked from W per job,
+so a child's copy of memory holds its own job only) -> sandboxed child per stdin test / call-based run.
+
+Layers of a child, in order: new session; only its stdio memfds, the result pipe and the interpreter-dir
+``O_PATH`` descriptors survive; private temp dir as cwd; rlimits (AS, CPU, FSIZE, NOFILE, NPROC, STACK,
+CORE); uid drop to the job's per-slot uid with no capability left (root hosts); parent-death signal and
+non-dumpable; no-new-privs + landlock (reads: interpreter and library dirs, writes: the temp dir, no TCP,
+signal and abstract-socket scoping); seccomp (see ``seccomp_bpf``). Then a "ready" record; only records
+before it can report an infrastructure failure.
+
 Modules (all stdlib-only, they also run inside the worker process):
-  seccomp_bpf  hand-written seccomp-BPF filter (deny fork/exec/sockets/ptrace/kill-others/namespaces)
+  seccomp_bpf  hand-written seccomp-BPF filter (deny fork/exec/sockets/ptrace/IPC/acting on other pids, ...)
   landlock     filesystem (read allowlist, write only the private tmp dir), TCP and signal scoping
-  limits       rlimits, uid drop, no-new-privs, parent-death signal
+  limits       rlimits, uid drop (no capabilities kept), no-new-privs, parent-death signal
   child        what a forked child does: apply every layer, then run the program (stdin or call mode)
-  worker       the worker process main loop (JSON lines over pipes)
+  worker       the worker process: start-up probe, W/J process structure, per-test monitoring
   protocol     message framing shared by the worker and the supervisor
 """

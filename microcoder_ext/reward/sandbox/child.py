@@ -1,21 +1,27 @@
-"""Runs inside a child forked from the worker: apply every sandbox layer, then run the program.
+"""Runs inside a child forked from the worker's job process: apply every sandbox layer, then run the program.
 
 Status records go to fd 3 as ``<nonce> <json>\\n`` lines (the worker ignores lines without the nonce):
+  any mode:   ``{"s": "setup_failed", "e": msg}`` when a sandbox layer could not be applied
+              (infrastructure), else ``{"s": "ready"}`` once every layer is on, before the program runs;
   stdin mode: ``{"s": "end", "r": "ok"|"exception"|"memory"|"compile_error", "e": msg}``
   call mode:  per test ``{"i": i, "s": "ok", "v": <json text of the return value>}`` or
               ``{"i": i, "s": "exception"|"memory"|"unserialisable"|"compile_error", "e": msg}``
-  any mode:   ``{"s": "setup_failed", "e": msg}`` when a sandbox layer could not be applied (infrastructure).
-The child never sees expected outputs: only the program, the inputs and its own nonce.
+The child never sees expected outputs: only the program, the inputs and its own nonce. The nonce is not
+a secret from the program (same process: it can walk the frames or scan memory for it); it only keeps a
+premature exit from looking like success. What a forged record can claim is bounded by the worker: an
+output it could have printed anyway, never ``setup_failed`` after ``ready``, never a huge integer.
 """
 
 from __future__ import annotations
 
 import builtins
+import fcntl
 import io
 import json
 import math
 import os
 import resource
+import signal
 import sys
 import threading
 import traceback
@@ -37,21 +43,37 @@ def _emit(nonce: str, rec: dict) -> None:
         view = view[os.write(RESULT_FD, view):]
 
 
+def _remap(sources: list[int], keep=()) -> None:
+    """Make ``sources[i]`` fd ``i`` for every i and close every other descriptor except ``keep``
+    (which must lie above ``len(sources)``); collision-safe."""
+    keep = sorted(set(keep))
+    floor = max([len(sources)] + [fd + 1 for fd in list(sources) + keep])
+    high = [fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, floor) for fd in sources]
+    for i, fd in enumerate(high):
+        os.dup2(fd, i, inheritable=False)
+    low = len(sources)
+    for fd in keep:
+        if fd > low:
+            os.closerange(low, fd)
+        low = fd + 1
+    os.closerange(low, 0x7FFFFFFF)
+
+
 def setup(spec: dict, fds: dict, libc) -> None:
-    """Apply the layers (order matters: session, fds, cwd, rlimits, uid, pdeathsig, landlock, seccomp)."""
+    """Apply the layers (order matters: session, fds, cwd, rlimits, uid, pdeathsig, landlock, seccomp).
+
+    Descriptors after setup: 0-2 stdio (memfds), 3 result pipe, 4 the landlock ruleset (closed once
+    applied), and, at their worker-chosen numbers, the ``O_PATH`` descriptors of interpreter
+    directories the sandbox uid cannot reach (``sys.path`` already names them: see
+    ``worker.Worker.map_interpreter_dirs``); nothing else survives.
+    """
     os.setsid()
-    os.dup2(fds["stdin"], 0)
-    os.dup2(fds["stdout"], 1)
-    os.dup2(fds["stderr"], 2)
-    os.dup2(fds["result"], RESULT_FD)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the worker's clean-up handler is not the program's
     ruleset = fds.get("ruleset")
-    keep = 4
+    sources = [fds["stdin"], fds["stdout"], fds["stderr"], fds["result"]]
     if ruleset is not None:
-        os.dup2(ruleset, 4)
-        keep = 5
-    os.closerange(keep, 1 << 16)
-    for fd in (0, 1, 2, RESULT_FD):
-        os.set_inheritable(fd, False)
+        sources.append(ruleset)
+    _remap(sources, keep=[fd for _real, fd in fds.get("paths") or ()])
     os.chdir(spec["tmpdir"])
     lim = spec["limits"]
     limits.apply_rlimits(address_space_bytes=lim["memory_bytes"], cpu_seconds=lim["cpu_seconds"],
@@ -59,17 +81,53 @@ def setup(spec: dict, fds: dict, libc) -> None:
                          processes=lim["processes"], stack_bytes=lim["stack_bytes"])
     layers = spec["layers"]
     if layers.get("uid_drop"):
-        limits.drop_privileges(spec["uid"], spec["gid"], libc, keep_read_search=bool(layers.get("landlock")))
+        limits.drop_privileges(spec["uid"], spec["gid"], libc)
+    elif os.geteuid() == 0:
+        limits.drop_all_capabilities(libc)  # root without a uid drop (explicitly allowed): no capabilities
     limits.die_with_parent(libc, spec["parent_pid"])
     if ruleset is not None:
         libc.prctl(seccomp_bpf.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
-        _landlock.restrict_self(4, libc)
-        os.close(4)
+        _landlock.restrict_self(RESULT_FD + 1, libc)
+        os.close(RESULT_FD + 1)
     if layers.get("seccomp"):
-        seccomp_bpf.install(seccomp_bpf.build(os.getpid()), libc)
+        seccomp_bpf.install(seccomp_bpf.program_for(os.getpid()), libc)
     os.environ.clear()
     os.environ.update({"PATH": "/usr/bin:/bin", "HOME": spec["tmpdir"], "TMPDIR": spec["tmpdir"], "LANG": "C.UTF-8",
                        "PYTHONHASHSEED": "0", "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"})
+
+
+def mapped_path(p, mapping: dict):
+    """``p`` with its longest mapped directory prefix replaced (unchanged when none applies)."""
+    if isinstance(p, str):
+        for r in sorted(mapping, key=len, reverse=True):
+            if p == r or p.startswith(r + os.sep):
+                return mapping[r] + p[len(r):]
+    return p
+
+
+def map_import_paths(mapping: dict) -> None:
+    """Rewrite ``sys.path`` and the ``__path__`` of loaded packages from real directories to the
+    ``/proc/self/fd/N`` names of descriptors opened by the worker (as root) before the uid drop.
+
+    The kernel resolves ``/proc/self/fd/N`` straight to the directory, without checking search
+    permission on its ancestors (a 0700 ``/root``), while every file opened beneath it is still checked
+    against the file's mode and the landlock allowlist of its real location.
+    """
+    if not mapping:
+        return
+    def mp(p):
+        return mapped_path(p, mapping)
+
+    sys.path[:] = [mp(p) for p in sys.path]
+    for mod in list(sys.modules.values()):
+        try:
+            path = vars(mod).get("__path__")
+        except TypeError:
+            continue
+        if isinstance(path, list):
+            path[:] = [mp(p) for p in path]
+    for key in [k for k in sys.path_importer_cache if mp(k) != k]:
+        del sys.path_importer_cache[key]
 
 
 def _fresh_stdio() -> None:
@@ -122,24 +180,26 @@ def run(spec: dict, fds: dict, libc) -> None:
     nonce = spec["nonce"]
     try:
         setup(spec, fds, libc)
+        _fresh_stdio()
+        sys.setrecursionlimit(spec.get("recursion_limit", 100000))
+        g = _main_namespace(spec["tmpdir"])
+        _emit(nonce, {"s": "ready"})
     except BaseException as e:  # infrastructure: report, never run the program unsandboxed
         try:
             _emit(nonce, {"s": "setup_failed", "e": f"{type(e).__name__}: {e}"[:MAX_ERR]})
         finally:
             os._exit(120)
+    # From here on the program runs in this process and can write anything to fd 3 (it can find the nonce
+    # in memory): the worker accepts "setup_failed" only before "ready", so nothing the program does can
+    # turn its run into sandbox_error (which would mask the sample from the loss).
     try:
-        _fresh_stdio()
-        sys.setrecursionlimit(spec.get("recursion_limit", 100000))
-        g = _main_namespace(spec["tmpdir"])
         if spec["mode"] == "stdin":
             _run_stdin(spec, g, nonce)
         else:
             _run_calls(spec, g, nonce)
     except BaseException:
-        try:
-            _emit(nonce, {"s": "setup_failed", "e": "driver: " + _exc_text()})
-        finally:
-            os._exit(121)
+        pass
+    os._exit(121)
 
 
 def _compile(spec: dict, nonce: str, index: int | None):
@@ -330,7 +390,7 @@ def _run_calls(spec: dict, g: dict, nonce: str) -> None:
 # --- start-up probe --------------------------------------------------------------------------------------
 
 def probe(lim: dict, want: dict, tmpdir: str, ruleset, uid: int, gid: int, parent_pid: int, libc,
-          read_paths) -> dict:
+          read_paths, path_fds=()) -> dict:
     """In a forked child: apply each wanted layer in production order and check that it bites."""
     rep: dict = {}
     os.chdir(tmpdir)
@@ -339,14 +399,19 @@ def probe(lim: dict, want: dict, tmpdir: str, ruleset, uid: int, gid: int, paren
     rep["rlimits"] = "active"
     if want.get("uid_drop"):
         try:
-            limits.drop_privileges(uid, gid, libc, keep_read_search=ruleset is not None)
+            limits.drop_privileges(uid, gid, libc)
             rep["uid_drop"] = "active"
             rep["uid"] = os.getuid()
-            rep["kept_capabilities"] = "CAP_DAC_READ_SEARCH (reads confined by landlock)" if ruleset is not None else "none"
         except BaseException as e:
             rep["uid_drop"] = f"unavailable: {type(e).__name__}: {e}"
     else:
         rep["uid_drop"] = f"not needed (not root, uid {os.getuid()})" if os.geteuid() else "disabled"
+        if os.geteuid() == 0:
+            try:
+                limits.drop_all_capabilities(libc)
+            except BaseException as e:
+                rep["capabilities_error"] = f"{type(e).__name__}: {e}"
+    rep["capabilities"] = "none" if not limits._capabilities_left(libc) else "some (not dropped)"
     limits.die_with_parent(libc, parent_pid)
     if ruleset is not None:
         try:
@@ -359,12 +424,14 @@ def probe(lim: dict, want: dict, tmpdir: str, ruleset, uid: int, gid: int, paren
         rep["landlock"] = "disabled" if not want.get("landlock") else "unavailable"
     if want.get("seccomp"):
         try:
-            seccomp_bpf.install(seccomp_bpf.build(os.getpid()), libc)
+            seccomp_bpf.install(seccomp_bpf.program_for(os.getpid()), libc)
             rep["seccomp"] = "active"
         except BaseException as e:
             rep["seccomp"] = f"unavailable: {e}"
     else:
         rep.setdefault("seccomp", "disabled")
+    mapping = {real: f"/proc/self/fd/{fd}" for real, fd in path_fds}
+    map_import_paths(mapping)
     checks: dict = {}
     try:
         pid = os.fork()
@@ -400,7 +467,8 @@ def probe(lim: dict, want: dict, tmpdir: str, ruleset, uid: int, gid: int, paren
     except OSError:
         checks["read_outside_blocked"] = True
     rep["checks"] = checks
-    rep["unreadable_paths"] = [p for p in read_paths if os.path.isdir(p) and not _can_list(p)]
+    rep["mapped_paths"] = sorted(mapping)
+    rep["unreadable_paths"] = [p for p in read_paths if os.path.isdir(p) and not _can_list(mapped_path(p, mapping))]
     return rep
 
 

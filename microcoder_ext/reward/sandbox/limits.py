@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+import errno
 import os
 import resource
 import signal
@@ -31,31 +32,56 @@ def apply_rlimits(*, address_space_bytes: int, cpu_seconds: int, file_size_bytes
         resource.setrlimit(res, (value, value + 1 if res == resource.RLIMIT_CPU and value != hard else value))
 
 
-PR_SET_KEEPCAPS = 8
-CAP_DAC_READ_SEARCH = 2
 _LINUX_CAPABILITY_VERSION_3 = 0x20080522
 _SYS_CAPSET = {"x86_64": 126, "amd64": 126, "aarch64": 91, "arm64": 91}
+PR_CAPBSET_DROP = 24
+PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 47, 4
 
 
-def drop_privileges(uid: int, gid: int, libc: ctypes.CDLL | None = None, keep_read_search: bool = False) -> None:
+def drop_privileges(uid: int, gid: int, libc: ctypes.CDLL | None = None) -> None:
     """Root only: clear supplementary groups and switch real/effective/saved ids to ``uid:gid``.
 
-    ``keep_read_search`` keeps CAP_DAC_READ_SEARCH alone (every other capability is dropped), so that an
-    interpreter installed under a private home (pyenv, a venv in /root) stays importable; use it only when
-    landlock restricts reads to the allowlist, since it bypasses file permission bits for reading.
+    Every capability goes with the uid change (no PR_SET_KEEPCAPS): the child keeps none, not even
+    CAP_DAC_READ_SEARCH (see ``sandbox.worker`` for how an interpreter under a private home stays
+    importable without it).
     """
     if os.geteuid() != 0:
         return
     os.setgroups([])
     os.setresgid(gid, gid, gid)
-    if keep_read_search:
-        libc.prctl(PR_SET_KEEPCAPS, 1, 0, 0, 0)
     os.setresuid(uid, uid, uid)
-    if os.geteuid() == 0 or os.getuid() == 0:
+    if os.geteuid() == 0 or os.getuid() == 0 or os.getegid() != gid:
         raise PermissionError("uid drop failed")
-    if keep_read_search:
-        _capset(libc, 1 << CAP_DAC_READ_SEARCH)
-        libc.prctl(PR_SET_KEEPCAPS, 0, 0, 0, 0)
+    if libc is not None and _capabilities_left(libc):
+        raise PermissionError("capabilities survived the uid drop")
+
+
+def drop_all_capabilities(libc: ctypes.CDLL) -> None:
+    """Empty the bounding, ambient, effective, permitted and inheritable sets (uid unchanged).
+
+    Used only when the sandbox runs as uid 0 without a uid drop (explicitly allowed by configuration):
+    uid 0 still owns every root file, so this is much weaker than the uid drop.
+    """
+    libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
+    for cap in range(64):
+        if libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0:
+            err = ctypes.get_errno()
+            if err != errno.EINVAL:  # EINVAL: a capability number unknown to this kernel
+                raise PermissionError(f"PR_CAPBSET_DROP({cap}): errno {err}")
+    _capset(libc, 0)
+    if _capabilities_left(libc):
+        raise PermissionError("capabilities could not be dropped")
+
+
+def _capabilities_left(libc: ctypes.CDLL) -> bool:
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith(("CapEff:", "CapPrm:")) and int(line.split()[1], 16):
+                    return True
+    except OSError:
+        pass
+    return False
 
 
 def _capset(libc: ctypes.CDLL, caps: int) -> None:

@@ -1,10 +1,17 @@
 """Worker process: started once by the supervisor (``subprocess.Popen``, scrubbed env), pre-imports common
-modules, probes the sandbox layers, then serves jobs, forking one sandboxed child per stdin test (or one
-child for a whole call-based test list, restarted after a crash). It never sees expected outputs.
+modules, probes the sandbox layers, then serves jobs. It never sees expected outputs.
+
+Processes: the worker itself (W) never reads a job. For every job it forks a job process (J) that reads
+the job from the command pipe, forks one sandboxed child per stdin test (or one child for a whole
+call-based test list, restarted after a crash), answers, and exits. A sandboxed child is a copy of J's
+memory, so it could read anything J holds: with a fresh J per job that is only its own job (its code and
+inputs), never the code or inputs of an earlier job (another sample's, possibly correct, solution), which
+a long-lived worker would still have in freed heap memory.
 
 Protocol (JSON lines; supervisor -> worker on the Popen stdin, worker -> supervisor on its stdout):
   <- {"op": "hello", "pid", "layers": {...}, "fatal": str|None}           once at start
-  -> {"op": "job", "mode": "stdin"|"call", "code", "tests", "caps", "limits", ...}
+  -> {"op": "job", "mode": "stdin"|"call", "code", "tests", "caps", "limits", "uid", ...}
+     ("uid": the sandbox uid of this job's children, within cfg ["uid", "uid_max"])
   <- {"op": "result", "i", "status", "stdout"|"value", "error", "time"}   per test, streamed
   <- {"op": "await", "next": k}   a child ended and tests remain   -> {"op": "next"} | {"op": "stop"}
   -> {"op": "stop"}               at any time: kill the running child, clean up
@@ -15,6 +22,7 @@ Statuses: ok, exception, memory, timeout, output_limit, compile_error, unseriali
 from __future__ import annotations
 
 import ctypes
+import fcntl
 import json
 import math
 import os
@@ -22,6 +30,7 @@ import select
 import shutil
 import signal
 import site
+import stat
 import sys
 import sysconfig
 import tempfile
@@ -36,6 +45,74 @@ STDLIB_PREIMPORT = (
 ).split()
 SYSTEM_READ_PATHS = ("/usr/lib", "/usr/lib64", "/lib", "/lib64", "/usr/share/zoneinfo", "/etc/localtime",
                      "/etc/ld.so.cache", "/dev/null", "/dev/zero", "/dev/urandom", "/dev/random")
+EXIT_REQUESTED, EXIT_EOF, EXIT_CRASH = 3, 4, 70
+
+
+BASE_PREFIX = "microcoder-sbx-lk-"
+
+
+def make_base_dir(root: str) -> tuple[str, int]:
+    """The worker's temp dir (job dirs go inside), ``flock``ed for the worker's lifetime so that a later
+    worker can tell it from the dir of a worker that was SIGKILLed before it could clean up (a Ray actor
+    shut down with its children, the OOM killer); those are removed here. Created under a name the
+    scan ignores and renamed once locked, so a scan never sees it unlocked."""
+    remove_stale_base_dirs(root)
+    tmp = tempfile.mkdtemp(prefix="microcoder-sbx-new-", dir=root)
+    fd = os.open(tmp, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    os.chmod(tmp, 0o711)
+    base = os.path.join(root, BASE_PREFIX + os.path.basename(tmp)[len("microcoder-sbx-new-"):])
+    os.rename(tmp, base)
+    return base, fd
+
+
+def remove_stale_base_dirs(root: str) -> None:
+    try:
+        names = [n for n in os.listdir(root) if n.startswith(BASE_PREFIX)]
+    except OSError:
+        return
+    for name in names:
+        path = os.path.join(root, name)
+        try:
+            st = os.lstat(path)
+            if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
+                continue
+            fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # held by a live worker (or its job process)?
+            shutil.rmtree(path, ignore_errors=True)
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+
+
+WORLD_WRITABLE_DIRS = ("/tmp", "/var/tmp", "/dev/shm", "/dev/mqueue", "/run/lock", "/var/lock")
+
+
+def remove_files_of(uid: int) -> None:
+    """Without landlock a program can create files in world-writable directories. Its uid belongs to its
+    node slot while the job runs, so whatever that uid owns there (top level) is the job's: remove it.
+    ``rmtree`` and ``unlink`` never follow a symlink the program may have planted."""
+    for d in WORLD_WRITABLE_DIRS:
+        try:
+            names = os.listdir(d)
+        except OSError:
+            continue
+        for name in names:
+            path = os.path.join(d, name)
+            try:
+                st = os.lstat(path)
+                if st.st_uid != uid:
+                    continue
+                if stat.S_ISDIR(st.st_mode):
+                    shutil.rmtree(path, ignore_errors=True)
+                else:
+                    os.unlink(path)
+            except OSError:
+                pass
 
 
 def _preimport(names) -> list[str]:
@@ -49,8 +126,10 @@ def _preimport(names) -> list[str]:
 
 
 def interpreter_paths() -> list[str]:
-    """Directories the interpreter needs to read (prefixes, stdlib, site-packages)."""
-    paths = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix}
+    """Directories the interpreter needs to read: stdlib (with lib-dynload), site-packages and the shared
+    library dir. Not the whole prefix (a venv or conda prefix can hold logs, caches and data), and not
+    the other ``sys.path`` entries (an editable install puts a project checkout there)."""
+    paths = set()
     for key in ("stdlib", "platstdlib", "purelib", "platlib"):
         try:
             paths.add(sysconfig.get_paths()[key])
@@ -60,30 +139,94 @@ def interpreter_paths() -> list[str]:
         paths.update(site.getsitepackages())
     except AttributeError:
         pass
-    return sorted(p for p in paths if p and os.path.exists(p))
+    paths.update(p for p in sys.path if p.endswith("lib-dynload"))
+    libdir = sysconfig.get_config_var("LIBDIR")
+    if libdir:
+        paths.add(libdir)
+    return sorted(p for p in paths if p and os.path.isabs(p) and os.path.isdir(p))
+
+
+def reachable(path: str, uid: int, gid: int) -> bool:
+    """Whether ``uid:gid`` (no supplementary groups, no capabilities) can search every ancestor of
+    ``path`` and list ``path`` itself, judged from the mode bits (ACLs ignored: an ACL can only make this
+    answer pessimistic, which costs a mapped descriptor, never access)."""
+
+    def allowed(st, need: int) -> bool:
+        shift = 6 if st.st_uid == uid else 3 if st.st_gid == gid else 0
+        return (st.st_mode >> shift) & need == need
+
+    parts = os.path.realpath(path).split(os.sep)
+    cur = os.sep
+    try:
+        for part in parts[1:]:
+            if not allowed(os.stat(cur), 1):
+                return False
+            cur = os.path.join(cur, part)
+        st = os.stat(cur)
+        return allowed(st, 5) if stat.S_ISDIR(st.st_mode) else allowed(st, 4)
+    except OSError:
+        return False
 
 
 class Worker:
     def __init__(self, cfg: dict, cmd_in: int, cmd_out: int):
         self.cfg = cfg
+        self.cmd_in = cmd_in
         self.cmd = protocol.LineReader(cmd_in)
         self.out = cmd_out
         self.libc = ctypes.CDLL(None, use_errno=True)
         self.pid = os.getpid()
-        self.uid, self.gid = int(cfg.get("uid", 65534)), int(cfg.get("gid", 65534))
-        self.base = tempfile.mkdtemp(prefix="microcoder-sbx-", dir=cfg.get("tmp_root") or None)
-        os.chmod(self.base, 0o711)
+        self.uid, self.gid = int(cfg.get("uid", 65534)), int(cfg.get("gid", cfg.get("uid", 65534)))
+        self.uid_max = max(self.uid, int(cfg.get("uid_max", self.uid)))
+        # the start-up probe runs as the uid just above the job range, so that it never shares a uid with
+        # a program of another process's job (with a single shared uid there is nothing to keep apart)
+        self.probe_uid = self.uid_max + 1 if cfg.get("uid_exclusive") else self.uid
+        self.base, self._base_lock = make_base_dir(cfg.get("tmp_root") or tempfile.gettempdir())
         self.read_paths = interpreter_paths() + list(SYSTEM_READ_PATHS) + list(cfg.get("extra_read_paths", []))
+        self.path_fds: list = []  # (real dir, O_PATH fd) for allowlisted dirs the sandbox uid cannot reach
         self.layers: dict = {}
 
     def send(self, msg: dict) -> None:
         protocol.write_all(self.out, protocol.encode(msg))
 
     # --- start-up probe ------------------------------------------------------------------------------
+    def map_interpreter_dirs(self) -> None:
+        """Interpreter directories under a private home (``/root/.pyenv``, a venv in ``/root``) are not
+        reachable by the sandbox uid. Instead of keeping CAP_DAC_READ_SEARCH in the child (which would
+        bypass file modes for every read landlock allows, and let it stat/getxattr/inotify any path on
+        the machine), the worker opens an ``O_PATH`` descriptor per such directory (numbers >= 100, kept
+        open in every child) and rewrites its own ``sys.path`` and package ``__path__`` lists to
+        ``/proc/self/fd/N`` names once (``child.map_import_paths``); every job process and child inherits
+        both. Only with landlock (without it ``..`` from such a descriptor could reach world-readable
+        files under the private home) and only when dropping to a uid."""
+        for p in sorted(self.read_paths, key=len):
+            if any(p.startswith(q + os.sep) for q, _fd in self.path_fds):
+                continue  # beneath a mapped directory already
+            if os.path.isdir(p) and not reachable(p, self.uid, self.gid):
+                try:
+                    fd = os.open(p, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+                except OSError:
+                    continue
+                high = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 100)
+                os.close(fd)
+                self.path_fds.append((p, high))
+        if self.path_fds:
+            self._saved_paths = _import_path_lists()
+            child.map_import_paths({p: f"/proc/self/fd/{fd}" for p, fd in self.path_fds})
+
+    def _unmap_interpreter_dirs(self) -> None:
+        for lst, old in getattr(self, "_saved_paths", ()):
+            lst[:] = old
+        sys.path_importer_cache.clear()
+        for _p, fd in self.path_fds:
+            os.close(fd)
+        self.path_fds = []
+
     def probe(self) -> dict:
         """Fork a child that applies each layer and checks that it works; returns the report."""
-        report: dict = {"root": os.geteuid() == 0}
-        want = {"uid_drop": os.geteuid() == 0 and self.cfg.get("uid_drop", True),
+        root = os.geteuid() == 0
+        report: dict = {"root": root}
+        want = {"uid_drop": root and self.cfg.get("uid_drop", True),
                 "landlock": self.cfg.get("landlock", True), "seccomp": self.cfg.get("seccomp", True)}
         try:
             seccomp_bpf.build(1)
@@ -96,8 +239,14 @@ class Worker:
             except landlock.LandlockUnavailable as e:
                 want["landlock"] = False
                 report["landlock"] = f"unavailable: {e}"
+        if want["uid_drop"] and want["landlock"]:
+            self.map_interpreter_dirs()
+        if want["uid_drop"] and self.probe_uid != self.uid and not self._can_become(self.probe_uid):
+            report["uid_range"] = f"uid {self.probe_uid} unusable here: every job uses uid {self.uid}"
+            self.uid_max = self.probe_uid = self.uid
+            self.cfg["uid_exclusive"] = False
         r, w = os.pipe()
-        tmp = self._job_dir()
+        tmp = self._job_dir(self.probe_uid)
         ruleset = None
         try:
             if want["landlock"]:
@@ -106,8 +255,8 @@ class Worker:
             if pid == 0:
                 try:
                     os.close(r)
-                    rep = child.probe(self._limits(1, 1 << 20), want, tmp, ruleset, self.uid, self.gid, self.pid,
-                                      self.libc, self.read_paths)
+                    rep = child.probe(self._limits(1, 1 << 20), want, tmp, ruleset, self.probe_uid, self.probe_uid,
+                                      self.pid, self.libc, self.read_paths, self.path_fds)
                     os.write(w, json.dumps(rep).encode())
                 except BaseException as e:
                     os.write(w, json.dumps({"probe_error": f"{type(e).__name__}: {e}"}).encode())
@@ -128,13 +277,31 @@ class Worker:
                 os.close(ruleset)
             shutil.rmtree(tmp, ignore_errors=True)
         self.layers = {k: report.get(k) == "active" for k in ("uid_drop", "landlock", "seccomp")}
+        if not (self.layers["landlock"] and self.layers["uid_drop"]):
+            self._unmap_interpreter_dirs()
+        if self.layers["seccomp"]:
+            seccomp_bpf.program_for(1)  # build the filter template once, before any fork
+        report["uid_max"] = self.uid_max
         return report
 
+    def _can_become(self, uid: int) -> bool:
+        pid = os.fork()
+        if pid == 0:
+            try:
+                os.setgroups([])
+                os.setresgid(uid, uid, uid)
+                os.setresuid(uid, uid, uid)
+                os._exit(0)
+            except BaseException:
+                os._exit(1)
+        _, status = os.waitpid(pid, 0)
+        return os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+
     # --- jobs --------------------------------------------------------------------------------------
-    def _job_dir(self) -> str:
+    def _job_dir(self, uid: int) -> str:
         d = tempfile.mkdtemp(dir=self.base)
         if os.geteuid() == 0 and self.layers.get("uid_drop", True):
-            os.chown(d, self.uid, self.gid)
+            os.chown(d, uid, uid)
         os.chmod(d, 0o700)
         return d
 
@@ -147,25 +314,112 @@ class Worker:
                 "processes": int(c.get("processes", 256)), "stack_bytes": int(c.get("stack_mb", 256)) << 20}
 
     def serve(self) -> None:
+        """W: hand the command pipe to one job process J at a time. The next J is forked (from this
+        pristine process) while the current one serves, and released as soon as the current one reports
+        its job done, so neither fork nor exit is on the critical path between jobs."""
+        finished: list[int] = []
+        nxt = self._fork_job_process()
+        try:
+            while True:
+                pid, go_w, status_r = nxt
+                os.write(go_w, b"g")
+                os.close(go_w)
+                nxt = self._fork_job_process()
+                marks = b""
+                while not marks.endswith(b"D"):
+                    chunk = os.read(status_r, 64)
+                    if not chunk:  # J exited
+                        break
+                    marks += chunk
+                os.close(status_r)
+                if marks.endswith(b"D"):
+                    finished.append(pid)  # exiting by itself: reaped later
+                    _reap(finished, block=False)
+                    continue
+                _, status = os.waitpid(pid, 0)
+                self._clean_base()  # J ended without finishing a job; the next J has not started yet
+                code = os.WEXITSTATUS(status) if os.WIFEXITED(status) else -1
+                if code in (EXIT_REQUESTED, EXIT_EOF):
+                    return
+                if marks.endswith(b"S"):  # J died inside a job: answer for it (infrastructure failure)
+                    why = f"exit code {code}" if code >= 0 else f"signal {os.WTERMSIG(status)}"
+                    self.send({"op": "result", "i": -1, "status": "sandbox_error",
+                               "error": f"job process died ({why})"})
+                    self.send({"op": "done", "cleanup": None})
+        finally:
+            pid, go_w, status_r = nxt
+            for fd in (go_w, status_r):
+                os.close(fd)
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            _reap(finished + [pid], block=True)
+
+    def _fork_job_process(self) -> tuple[int, int, int]:
+        """Fork a J that waits for W's go (one byte on a pipe), then serves one job."""
+        go_r, go_w = os.pipe2(os.O_CLOEXEC)
+        status_r, status_w = os.pipe2(os.O_CLOEXEC)
+        parent = os.getpid()
+        pid = os.fork()
+        if pid == 0:
+            code = EXIT_CRASH
+            try:
+                self.libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG: die with W
+                if os.getppid() != parent:
+                    os._exit(EXIT_EOF)
+                os.close(go_w)
+                os.close(status_r)
+                go = os.read(go_r, 1)
+                os.close(go_r)
+                code = self._job_process(status_w) if go == b"g" else EXIT_EOF
+            finally:
+                os._exit(code)
+        os.close(go_r)
+        os.close(status_w)
+        return pid, go_w, status_r
+
+    def _clean_base(self) -> None:
+        try:
+            names = os.listdir(self.base)
+        except OSError:
+            return
+        for name in names:
+            shutil.rmtree(os.path.join(self.base, name), ignore_errors=True)
+
+    def _job_process(self, status_w: int) -> int:
+        """J: read messages until one job has been served; returns the exit code."""
+        self.pid = os.getpid()
+        self.cmd = protocol.LineReader(self.cmd_in)
         while True:
             try:
                 msg = self.cmd.read()
             except (protocol.ChannelClosed, OSError, ValueError):
-                return
+                return EXIT_EOF
             op = msg.get("op")
             if op == "job":
+                os.write(status_w, b"S")
                 if msg.get("mode") == "call":
                     msg["tests"] = decode_big_ints(msg["tests"])
                 self.cfg.update(msg.get("limits") or {})
                 self.run_job(msg)
-            elif op == "ping":
+                os.write(status_w, b"D")
+                return 0
+            if op == "ping":
                 self.send({"op": "pong"})
             elif op == "exit":
-                return
+                return EXIT_REQUESTED
             # a late "stop"/"next" from a finished job is ignored
 
+    def _job_uid(self, job: dict) -> int:
+        uid = job.get("uid")
+        if isinstance(uid, int) and not isinstance(uid, bool) and self.uid <= uid <= self.uid_max:
+            return uid
+        return self.uid
+
     def run_job(self, job: dict) -> None:
-        tmp = self._job_dir()
+        uid = self._job_uid(job)
+        tmp = self._job_dir(uid)
         fds: dict = {}
         cleanup = None
         try:
@@ -173,7 +427,7 @@ class Worker:
                 fds["ruleset"], _ = landlock.create_ruleset(self.read_paths, [tmp, "/dev/null"], self.libc)
             for name in ("stdin", "stdout", "stderr"):
                 fds[name] = os.memfd_create(f"mc-{name}", os.MFD_CLOEXEC)
-            self._run_tests(job, tmp, fds)
+            self._run_tests(job, tmp, fds, uid)
         except (protocol.ChannelClosed, BrokenPipeError):
             raise SystemExit(0)
         except Exception as e:  # infrastructure failure: report it, keep serving
@@ -184,13 +438,15 @@ class Worker:
             shutil.rmtree(tmp, ignore_errors=True)
             if os.path.exists(tmp):
                 cleanup = f"could not remove {tmp}"
+            if not self.layers.get("landlock") and self.layers.get("uid_drop") and self.cfg.get("uid_exclusive"):
+                remove_files_of(uid)
         self.send({"op": "done", "cleanup": cleanup})
 
-    def _run_tests(self, job: dict, tmp: str, fds: dict) -> None:
-        mode, tests, caps = job["mode"], job["tests"], job["caps"]
+    def _run_tests(self, job: dict, tmp: str, fds: dict, uid: int) -> None:
+        tests = job["tests"]
         n, i = len(tests), 0
         while i < n:
-            nxt, stopped = self._run_child(job, tmp, fds, i)
+            nxt, stopped = self._run_child(job, tmp, fds, i, uid)
             if stopped or nxt >= n:
                 return
             self.send({"op": "await", "next": nxt})
@@ -202,7 +458,7 @@ class Worker:
                 return
             i = nxt
 
-    def _run_child(self, job: dict, tmp: str, fds: dict, start: int) -> tuple[int, bool]:
+    def _run_child(self, job: dict, tmp: str, fds: dict, start: int, uid: int) -> tuple[int, bool]:
         """Fork one child for test ``start`` (stdin) or tests ``start..`` (call). Returns (next index, stopped)."""
         mode, tests = job["mode"], job["tests"]
         stdin_mode = mode == "stdin"
@@ -215,7 +471,7 @@ class Worker:
             protocol.write_all(fds["stdin"], data)
             os.lseek(fds["stdin"], 0, os.SEEK_SET)
         nonce = os.urandom(16).hex()
-        spec = {"mode": mode, "code": job["code"], "tmpdir": tmp, "nonce": nonce, "uid": self.uid, "gid": self.gid,
+        spec = {"mode": mode, "code": job["code"], "tmpdir": tmp, "nonce": nonce, "uid": uid, "gid": uid,
                 "parent_pid": self.pid, "layers": self.layers, "fn_name": job.get("fn_name"),
                 "arg_types": job.get("arg_types"), "return_type": job.get("return_type"),
                 "tests": None if stdin_mode else tests, "start": start,
@@ -225,7 +481,7 @@ class Worker:
         pid = os.fork()
         if pid == 0:
             try:
-                child.run(spec, {**fds, "result": w}, self.libc)
+                child.run(spec, {**fds, "result": w, "paths": self.path_fds}, self.libc)
             finally:
                 os._exit(122)
         os.close(w)
@@ -242,7 +498,7 @@ class Worker:
         except (AttributeError, OSError):
             pidfd = None
         buf, current, deadline = bytearray(), start, t0 + wall
-        timed_out = stopped = over_cap = False
+        timed_out = stopped = over_cap = is_ready = False
         setup_error = end = last = None
         records_bytes = 0
         nonce_b = nonce.encode() + b" "
@@ -274,7 +530,7 @@ class Worker:
                         if not line.startswith(nonce_b):
                             continue  # not written by the driver
                         try:
-                            rec = json.loads(line[len(nonce_b):])
+                            rec = json.loads(line[len(nonce_b):], parse_int=_small_int)
                         except (ValueError, RecursionError):
                             continue
                         if not isinstance(rec, dict) or rec.get("s") not in _RECORD_STATUSES:
@@ -282,8 +538,11 @@ class Worker:
                         s = rec.get("s")
                         if not isinstance(rec.get("v"), (str, type(None))) or not isinstance(rec.get("e"), (str, type(None))):
                             continue
-                        if s == "setup_failed":
-                            setup_error = rec.get("e")
+                        if s == "ready":
+                            is_ready = True
+                        elif not is_ready:
+                            if s == "setup_failed":  # only before "ready": afterwards the program could forge it
+                                setup_error = rec.get("e")
                         elif stdin_mode:
                             if s in ("end", "compile_error"):
                                 end = {"r": rec.get("r", s), "e": rec.get("e")}
@@ -310,6 +569,9 @@ class Worker:
         if stopped:
             return current, True
         err_tail = _read_tail(fds["stderr"], 2000)
+        if not is_ready and not setup_error:
+            setup_error = (f"the child ended before the sandbox was ready ({_describe(status)})" if not timed_out
+                           else "the sandbox was not ready before the wall-clock limit")
         if stdin_mode:
             res = {"op": "result", "i": start, "time": elapsed, "stderr": err_tail}
             size = os.fstat(fds["stdout"]).st_size
@@ -344,7 +606,22 @@ class Worker:
         return current, False
 
 
-_RECORD_STATUSES = frozenset({"ok", "exception", "memory", "unserialisable", "compile_error", "setup_failed", "end"})
+_RECORD_STATUSES = frozenset({"ok", "exception", "memory", "unserialisable", "compile_error", "setup_failed", "end",
+                              "ready"})
+
+
+def _small_int(text: str) -> int:
+    """Integers in a record envelope are test indices; a forged megabyte-long literal would take this
+    process (which runs without the int-digit limit) minutes to convert."""
+    if len(text) > 20:
+        raise ValueError("integer literal too long")
+    return int(text)
+
+
+def _describe(status: int) -> str:
+    if os.WIFSIGNALED(status):
+        return f"signal {os.WTERMSIG(status)}"
+    return f"exit code {os.WEXITSTATUS(status)}"
 
 
 def decode_big_ints(v):
@@ -360,6 +637,30 @@ def decode_big_ints(v):
 
 def n_remaining(tests, start) -> int:
     return max(1, len(tests) - start)
+
+
+def _import_path_lists() -> list:
+    """(list, copy) for ``sys.path`` and every loaded package's ``__path__`` list."""
+    out = [(sys.path, list(sys.path))]
+    for mod in list(sys.modules.values()):
+        try:
+            path = vars(mod).get("__path__")
+        except TypeError:
+            continue
+        if isinstance(path, list):
+            out.append((path, list(path)))
+    return out
+
+
+def _reap(pids: list, block: bool) -> None:
+    """waitpid the given children (those already gone are dropped from the list)."""
+    for pid in list(pids):
+        try:
+            done, _ = os.waitpid(pid, 0 if block else os.WNOHANG)
+        except ChildProcessError:
+            done = pid
+        if done:
+            pids.remove(pid)
 
 
 def _reaped(pid: int) -> bool:
@@ -412,6 +713,10 @@ def _read_tail(fd: int, n: int) -> str:
     return os.pread(fd, size - off, off).decode("utf-8", "replace")
 
 
+def _terminate(signum, frame):
+    raise SystemExit(128 + signum)
+
+
 def main() -> None:
     cfg = json.loads(sys.argv[1]) if len(sys.argv) > 1 else {}
     cmd_in, cmd_out = os.dup(0), os.dup(1)
@@ -420,7 +725,10 @@ def main() -> None:
     os.dup2(2, 1)
     if hasattr(sys, "set_int_max_str_digits"):
         sys.set_int_max_str_digits(0)
-    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    # a write to the supervisor after it died raises BrokenPipeError, so that the worker exits through its
+    # clean-up (temp dir, pre-forked job process) instead of dying on SIGPIPE
+    signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, _terminate)  # the same on a polite kill
     failed = _preimport(STDLIB_PREIMPORT + list(cfg.get("preimport", [])))
     w = Worker(cfg, cmd_in, cmd_out)
     try:
@@ -430,7 +738,14 @@ def main() -> None:
         if cfg.get("require_seccomp", True) and not w.layers.get("seccomp"):
             fatal = (f"seccomp filter unavailable ({report.get('seccomp')}); refusing to run model code "
                      "(set MICROCODER_SANDBOX_REQUIRE_SECCOMP=0 to run without it)")
-        w.send({"op": "hello", "pid": os.getpid(), "layers": report, "fatal": fatal})
+        elif (report.get("root") and cfg.get("uid_drop", True) and cfg.get("require_uid_drop", True)
+              and not w.layers.get("uid_drop")):
+            fatal = (f"running as root and cannot drop to uid {w.uid} ({report.get('uid_drop')}); refusing to run "
+                     "model code as uid 0 (set MICROCODER_SANDBOX_UID to a usable uid, or "
+                     "MICROCODER_SANDBOX_REQUIRE_UID_DROP=0 to run as uid 0 without capabilities)")
+        elif report.get("probe_error"):
+            fatal = f"sandbox probe failed: {report['probe_error']}"
+        w.send({"op": "hello", "pid": os.getpid(), "layers": report, "fatal": fatal, "base": w.base})
         if fatal is None:
             w.serve()
     finally:
