@@ -1,137 +1,266 @@
-"""Throughput of the MicroCoder code reward vs verl 0.9.1 ``prime_code``, side by side, one call at a time.
+"""Throughput of the MicroCoder code reward vs verl 0.9.1 ``prime_code``, side by side in one run, one call at a time.
 
-Workload: LeetCodeDataset v0.2.0 train problems from ../shared/data (newfacade/LeetCodeDataset, MIT), every
-problem with all of its tests; (1) reference solutions (all correct), (2) mixed: half correct, half mutants
-wrong ONLY on their last test. Both evaluators get the same tests (prime_code in its JSON-lines format).
+Workloads (built at run time from ../shared/data by bench/reward_data.py; every completion is judged on all of
+its problem's tests, the same code and tests for both evaluators):
+  * leetcode: LeetCodeDataset v0.2.0 train (newfacade/LeetCodeDataset, MIT), call-based, each problem with its
+    own 1-5 tests (problems with linked-list/tree arguments, which prime_code cannot build, and any-order
+    answers are left out).
+  * leetcode-100: the same problems with their test list CYCLED to ~100 tests (tests 1..n-1 repeated, the last
+    test once at the end): the data has only a few tests per problem, so these are repeats, not new tests.
+  * codecontests: 16 CodeContests stdin problems (DeepMind CodeContests, CC-BY-4.0, via SandboxFusion,
+    Apache-2.0) with our reference solutions (bench/data), all 35-331 tests each; the 3 problems whose answers
+    are not unique (prime_code has no checker) are left out.
+Each workload runs twice: all-correct (reference solutions) and mixed (every other completion is the reference
+wrapped to be wrong ONLY on its LAST test).
 
-  python bench/reward_throughput.py [--problems 200] [--data PATH]
-Reports completions/s, tests/s, p50/p99 latency (ms), peak RSS (MiB, process + children) and ratios.
+Evaluators: microcoder (``microcoder_ext.reward``, default engine, workers = cores); verl prime_code as verl runs it
+by default (``default_compute_score`` -> ``prime_code.compute_score(continuous=True)``: one process for all tests,
+on a failure a re-run of only the FIRST 10 tests one by one; pass = score 1.0); prime_code strict
+(``continuous=False``: the first all-tests run only; verl 0.9.1 raises UnboundLocalError on failures, counted as 0).
+Reported: completions/s, tests/s (tests of the judged problems per second), p50/p99 latency per completion,
+agreement with the labels, and peak memory: proportional set size (PSS) of this process plus all of its
+descendants, sampled every 20 ms (short-lived per-test children can be missed between samples).
+
+Why the previous version of this bench showed 99 %/97 % agreement for BOTH evaluators: labelling bugs, not
+misjudgements. (1) word-ladder-ii accepts its answer in any order, but its tests were given as exact, so the
+correct reference "failed" everywhere; (2) the wrong-on-last-test mutant compared the arguments with the last
+test's AFTER calling the method, and methods that sort or modify their arguments in place (plus-one, h-index,
+number-of-islands, ...) no longer matched, so those "mutants" returned correct answers. Fixed: any-order
+problems are excluded and the arguments are keyed before the call.
+
+  python bench/reward_throughput.py [--leetcode 100] [--cycled 40] [--cycle-size 100] [--no-code-contests]
 """
 
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
 import os
-import resource
 import statistics
 import sys
+import threading
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-DEFAULT_DATA = os.path.join(HERE, "..", "..", "shared", "data", "leetcode-v0.2.0-train.jsonl.gz")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import reward_data as rd  # noqa: E402
 
-MUTANT = """
-
-_mc_last = {last!r}
-_mc_orig = Solution.{fn}
-def _mc_wrap(self, *a, **k):
-    r = _mc_orig(self, *a, **k)
-    if repr(list(a) + sorted(k.items())) == _mc_last or repr(list(k.values())) == _mc_last_v:
-        return [r, "mutant"]
-    return r
-_mc_last_v = {last_v!r}
-Solution.{fn} = _mc_wrap
-"""
+CC_SEVERAL_ANSWERS = ("1025_B", "1090_C", "1214_H")  # need a checker; prime_code cannot judge other valid answers
 
 
-def load(path: str, n: int):
-    from microcoder_ext.reward.leetcode import ConversionError, ground_truth_from_row
-    out = []
-    with gzip.open(path, "rt") as f:
-        for line in f:
-            row = json.loads(line)
-            if "sortedcontainers" in row["completion"]:
-                continue
+# --- workloads -----------------------------------------------------------------------------------------------
+def leetcode_items(problems, cycle_size: int | None):
+    """(correct items, mutant items): dicts with code, ours, prime (ground truths), n (tests)."""
+    correct, mutants = [], []
+    for p in problems:
+        idx = list(range(len(p["kwargs"])))
+        if cycle_size:
+            idx = rd.cycled_index(len(idx), cycle_size)
+            last = rd.canon(p["kwargs"][-1])
+            if idx is None or any(rd.canon(kw) == last for kw in p["kwargs"][:-1]):
+                continue  # the last test must be distinct for "wrong only on the last test"
+        ours, prime = json.dumps(rd.lc_ground_truth(p, idx)), json.dumps(rd.lc_prime_truth(p, idx))
+        last_args = list(p["kwargs"][idx[-1]].values())
+        base = {"id": p["id"], "ours": ours, "prime": prime, "n": len(idx)}
+        correct.append({**base, "code": p["code"], "want": True})
+        mutants.append({**base, "code": rd.call_program(p["code"], p["fn"], "last_test", last_args), "want": False})
+    return correct, mutants
+
+
+def cc_items(problems):
+    correct, mutants = [], []
+    for p in problems:
+        if p["name"].startswith(CC_SEVERAL_ANSWERS):
+            continue
+        base = {"id": p["name"], "ours": json.dumps(rd.cc_ground_truth(p)), "prime": json.dumps(rd.cc_prime_truth(p)),
+                "n": len(p["tests"])}
+        correct.append({**base, "code": p["solution"], "want": True})
+        mutants.append({**base, "code": rd.stdin_program(p["solution"], "last_test", p["tests"][-1][0],
+                                                          several_answers=bool(p.get("checker"))), "want": False})
+    return correct, mutants
+
+
+def mixed(correct, mutants):
+    return [c if i % 2 == 0 else m for i, (c, m) in enumerate(zip(correct, mutants))]
+
+
+# --- memory ----------------------------------------------------------------------------------------------------
+def _pss_kib(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            for line in f:
+                if line.startswith("Pss:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def _descendants(root: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit():
             try:
-                gt = ground_truth_from_row(row)
-            except ConversionError:
+                with open(f"/proc/{name}/stat") as f:
+                    stat = f.read()
+                ppid = int(stat[stat.rindex(")") + 2:].split()[1])
+            except (OSError, ValueError):
                 continue
-            if gt.get("arg_types") or gt.get("return_type"):
-                continue  # prime_code cannot build ListNode/TreeNode arguments
-            ours = dict(gt, inputs=[list(kw.values()) for kw in gt["inputs"]])
-            ours["outputs"] = [[o] for o in gt["outputs"]]  # APPS-style wrapping, as prime_code data has it
-            prime = {"fn_name": gt["fn_name"], "inputs": ["\n".join(json.dumps(v) for v in kw.values())
-                                                          for kw in gt["inputs"]],
-                     "outputs": [json.dumps(o) for o in gt["outputs"]]}
-            code = row["prompt"] + "\n" + row["completion"]
-            last = list(gt["inputs"][-1].values())
-            mutant = code + MUTANT.format(fn=gt["fn_name"], last=repr(last), last_v=repr(last))
-            ours.pop("setup_code", None)
-            out.append({"id": row["task_id"], "code": code, "mutant": mutant, "ours": ours, "prime": prime,
-                        "n": len(gt["inputs"])})
-            if len(out) >= n:
-                break
+            children.setdefault(ppid, []).append(int(name))
+    out, todo = [], [root]
+    while todo:
+        for c in children.get(todo.pop(), ()):
+            out.append(c)
+            todo.append(c)
     return out
 
 
-def peak_rss_mib() -> float:
-    return (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss + resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss) / 1024
+class MemSampler:
+    """Peak PSS (MiB) of this process + descendants, and of the descendants alone, while active."""
+
+    def __init__(self, interval: float = 0.02):
+        self.interval, self.peak_total, self.peak_children = interval, 0.0, 0.0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self):
+        me = os.getpid()
+        while not self._stop.is_set():
+            kids = sum(_pss_kib(p) for p in _descendants(me)) / 1024
+            total = _pss_kib(me) / 1024 + kids
+            self.peak_total, self.peak_children = max(self.peak_total, total), max(self.peak_children, kids)
+            self._stop.wait(self.interval)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
 
 
-def measure(name, fn, items):
-    lat, tests, scores = [], 0, []
-    t0 = time.perf_counter()
-    for it, code, want in items:
-        s = time.perf_counter()
-        scores.append((fn(code, it), want))
-        lat.append(time.perf_counter() - s)
-        tests += it["n"]
-    total = time.perf_counter() - t0
+# --- measurement ---------------------------------------------------------------------------------------------
+def measure(fn, items):
+    lat, agree = [], 0
+    with MemSampler() as mem:
+        t0 = time.perf_counter()
+        for it in items:
+            s = time.perf_counter()
+            got = fn(it)
+            lat.append(time.perf_counter() - s)
+            agree += got == it["want"]
+        total = time.perf_counter() - t0
     lat.sort()
-    agree = sum(1 for got, want in scores if bool(got) == want) / len(scores)
-    return {"name": name, "completions_s": len(items) / total, "tests_s": tests / total,
+    return {"completions_s": len(items) / total, "tests_s": sum(it["n"] for it in items) / total,
             "p50_ms": 1000 * statistics.median(lat), "p99_ms": 1000 * lat[min(len(lat) - 1, int(0.99 * len(lat)))],
-            "total_s": total, "agreement": agree}
+            "total_s": total, "agree": agree / len(items), "n": len(items), "mem_total": mem.peak_total,
+            "mem_children": mem.peak_children}
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--problems", type=int, default=200)
-    ap.add_argument("--data", default=DEFAULT_DATA)
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--leetcode", type=int, default=100, help="LeetCode problems, own tests (default 100; 0: skip)")
+    ap.add_argument("--cycled", type=int, default=40, help="LeetCode problems with tests cycled (default 40; 0: skip)")
+    ap.add_argument("--cycle-size", type=int, default=100, help="tests per problem in the cycled workload")
+    ap.add_argument("--no-code-contests", action="store_true")
+    ap.add_argument("--no-strict", action="store_true", help="skip the prime_code continuous=False rows")
+    ap.add_argument("--json", help="write the rows to this file")
     args = ap.parse_args()
+
     from verl.utils.reward_score import prime_code
 
     from microcoder_ext.reward import Engine, EngineConfig, evaluate_response
 
-    probs = load(args.data, args.problems)
+    try:
+        lc = rd.leetcode_problems(limit=max(args.leetcode, args.cycled))
+        cc = [] if args.no_code_contests else rd.code_contests()
+    except rd.DataMissing as e:
+        print(f"reward_throughput: {e}", file=sys.stderr)
+        return 2
+    workloads = []
+    if args.leetcode:
+        c, m = leetcode_items(lc[:args.leetcode], None)
+        workloads.append(("leetcode (own 1-5 tests)", c, m))
+    if args.cycled:
+        c, m = leetcode_items(lc[:args.cycled], args.cycle_size)
+        workloads.append((f"leetcode-{args.cycle_size} (tests cycled)", c, m))
+    if cc:
+        c, m = cc_items(cc)
+        workloads.append(("codecontests stdin (35-331 tests)", c, m))
+
     engine = Engine(EngineConfig(timeout=5.0))
     layers = engine.warmup()
-    print(f"{len(probs)} problems, {sum(p['n'] for p in probs)} tests; sandbox: "
-          + ", ".join(f"{k}={layers.get(k)}" for k in ("uid_drop", "seccomp", "landlock")), file=sys.stderr)
+    if engine.fatal:
+        print(f"microcoder sandbox unavailable: {engine.fatal}", file=sys.stderr)
+        return 2
+    print(f"microcoder: {engine.size} workers; sandbox " + ", ".join(f"{k}={layers.get(k)}" for k in
+                                                                     ("uid_drop", "seccomp", "landlock")))
+    for name, c, _ in workloads:
+        print(f"  {name}: {len(c)} problems, {sum(it['n'] for it in c)} tests per pass")
 
-    def ours(code, it):
-        return evaluate_response(f"```python\n{code}\n```", it["ours"], engine=engine).score == 1.0
+    infra = []  # microcoder results that are infrastructure failures (they would invalidate the timings)
 
-    def prime(code, it):
+    def ours(it):
+        r = evaluate_response(f"```python\n{it['code']}\n```", it["ours"], engine=engine)
+        if r.verdict == "sandbox_error":
+            infra.append(f"{it['id']}: {r.detail[:200]}")
+        return r.score == 1.0
+
+    def prime_default(it):
+        res, _ = prime_code.compute_score(f"```python\n{it['code']}\n```", it["prime"], continuous=True)
+        return float(res) == 1.0
+
+    def prime_strict(it):
         try:
-            ok, _ = prime_code.compute_score(f"```python\n{code}\n```", json.dumps(it["prime"]), continuous=False)
-        except UnboundLocalError:  # verl 0.9.1 bug: continuous=False on a failing solution raises
+            res, _ = prime_code.compute_score(f"```python\n{it['code']}\n```", it["prime"], continuous=False)
+        except UnboundLocalError:  # verl 0.9.1: continuous=False on a failing solution raises
             return False
-        return ok is True
+        return res is True
 
-    correct = [(p, p["code"], True) for p in probs]
-    mixed = [(p, p["code"] if i % 2 == 0 else p["mutant"], i % 2 == 0) for i, p in enumerate(probs)]
+    evaluators = [("microcoder", ours), ("prime_code (verl default)", prime_default)]
+    if not args.no_strict:
+        evaluators.append(("prime_code strict", prime_strict))
     rows = []
-    import contextlib
-    import io
-    for wl, items in (("all-correct", correct), ("mixed (half wrong on last test)", mixed)):
-        for name, fn in (("microcoder", ours), ("verl prime_code", prime)):
-            with contextlib.redirect_stdout(io.StringIO()):
-                r = measure(name, fn, items)
-            r["workload"] = wl
-            rows.append(r)
+    for wl, correct, mutants in workloads:
+        for mode, items in (("all-correct", correct), ("mixed: half wrong on LAST test", mixed(correct, mutants))):
+            for ev, fn in evaluators:
+                with rd.quiet_stdout():  # prime_code prints errors to stdout
+                    r = measure(fn, items)
+                r.update(workload=wl, mode=mode, evaluator=ev)
+                rows.append(r)
+                print(f"  measured {wl} / {mode} / {ev}: {r['total_s']:.1f} s", file=sys.stderr, flush=True)
     engine.close()
-    print(f"{'workload':<34}{'evaluator':<17}{'compl/s':>9}{'tests/s':>9}{'p50 ms':>9}{'p99 ms':>9}{'agree':>7}")
+    if infra:
+        print(f"\nWARNING: {len(infra)} microcoder sandbox_error results (timings invalid), e.g. {infra[0]}")
+
+    print(f"\n{'workload':<36}{'mode':<32}{'evaluator':<27}{'compl/s':>9}{'tests/s':>10}{'p50 ms':>9}{'p99 ms':>9}"
+          f"{'agree':>8}{'PSS MiB':>9}{'child':>7}")
     for r in rows:
-        print(f"{r['workload']:<34}{r['name']:<17}{r['completions_s']:>9.1f}{r['tests_s']:>9.1f}{r['p50_ms']:>9.1f}"
-              f"{r['p99_ms']:>9.1f}{100 * r['agreement']:>6.1f}%")
-    for wl in ("all-correct", "mixed (half wrong on last test)"):
-        a, b = [r for r in rows if r["workload"] == wl]
-        print(f"ratio microcoder/prime_code throughput on {wl}: {a['completions_s'] / b['completions_s']:.2f}x")
-    print(f"peak RSS (process + largest child) {peak_rss_mib():.0f} MiB")
-    return 0
+        print(f"{r['workload']:<36}{r['mode']:<32}{r['evaluator']:<27}{r['completions_s']:>9.1f}{r['tests_s']:>10.0f}"
+              f"{r['p50_ms']:>9.1f}{r['p99_ms']:>9.1f}{100 * r['agree']:>7.1f}%{r['mem_total']:>9.0f}"
+              f"{r['mem_children']:>7.0f}")
+    print("\nratios microcoder / prime_code (completions per second; p50 latency prime/ours):")
+    for wl, _, _ in workloads:
+        for mode in ("all-correct", "mixed: half wrong on LAST test"):
+            sel = {r["evaluator"]: r for r in rows if r["workload"] == wl and r["mode"] == mode}
+            ours_r = sel["microcoder"]
+            parts = [f"vs {ev.split(' ', 1)[1]}: {ours_r['completions_s'] / r['completions_s']:.2f}x "
+                     f"(p50 {r['p50_ms'] / ours_r['p50_ms']:.1f}x)" for ev, r in sel.items() if ev != "microcoder"]
+            print(f"  {wl:<36}{mode:<32}" + "; ".join(parts))
+    print("(PSS MiB: peak of this process + descendants; child: descendants alone. Both evaluators share this "
+          "process, which has imported verl.)")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=1)
+    return 1 if infra else 0
 
 
 if __name__ == "__main__":

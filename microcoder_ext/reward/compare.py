@@ -4,10 +4,14 @@ Stdout (``compare_stdout``), strategies tried in order, the first that applies d
   1. exact: identical strings pass.
   2. line-wise: ``\\r\\n``/``\\r`` -> ``\\n``, trailing whitespace of each line and trailing blank lines
      ignored; identical lines pass.
-  3. whitespace-token: both outputs split on any whitespace; token counts must be equal (with
+  3. whitespace-token: both outputs split on whitespace; token counts must be equal (with
      ``line_sensitive=True`` the non-blank line counts must be equal too and tokens compared per line).
+     Whitespace is what judges (testlib) treat as blanks: space, tab, ``\\n``, ``\\r`` only (Python's
+     ``str.split()`` also splits on NBSP, U+3000, ``\\x1c``-``\\x1f``, ``\\v``, ``\\f``: ``1\\u00a02`` would
+     pass for ``1 2``); trailing blanks of a line are spaces and tabs.
   4. per token: equal strings pass; ``yes``/``no`` tokens case-insensitively (testlib ``yesno``);
-     integer tokens (``[+-]?\\d+``) exactly, big integers included (``007`` == ``7``); when the EXPECTED
+     integer tokens (``[+-]?[0-9]+``, ASCII digits only: ``float("３.５") == 3.5`` in Python) exactly, big
+     integers included (``007`` == ``7``); when the EXPECTED
      token is a non-integer decimal (``2.5``, ``1e-3``) the actual token may be any decimal within
      absolute or relative error ``float_tol`` (default 1e-6); ``nan``/``inf`` compare as strings;
      everything else is case-sensitive (``case_sensitive=False`` per problem relaxes it).
@@ -27,14 +31,25 @@ import math
 import re
 
 FLOAT_TOL = 1e-6
-_INT = re.compile(r"[+-]?\d+\Z")
-_DEC = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?\Z")
+_INT = re.compile(r"[+-]?[0-9]+\Z")  # ASCII digits only (``\d`` and ``float()`` accept any Unicode digit)
+_DEC = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?\Z")
 _YESNO = frozenset({"yes", "no"})
+#: blanks as judges define them (testlib: space, tab, LF, CR)
+BLANKS = " \t\n\r"
+_BLANK_RUN = re.compile(r"[ \t\n\r]+")
+_PY_ONLY_SPACE = re.compile(r"[\x0b\x0c\x1c-\x1f]")  # ASCII characters str.split() also treats as whitespace
+
+
+def split_tokens(text: str) -> list[str]:
+    """``text.split()`` on judge blanks only (space, tab, newline, carriage return)."""
+    if text.isascii() and not _PY_ONLY_SPACE.search(text):
+        return text.split()  # fast path, same result
+    return [t for t in _BLANK_RUN.split(text) if t]
 
 
 def normalise_lines(text: str) -> list[str]:
-    """Split into lines with CR/CRLF normalised, trailing whitespace and trailing blank lines removed."""
-    lines = [ln.rstrip() for ln in text.replace("\r\n", "\n").replace("\r", "\n").split("\n")]
+    """Split into lines with CR/CRLF normalised, trailing blanks and trailing blank lines removed."""
+    lines = [ln.rstrip(" \t") for ln in text.replace("\r\n", "\n").replace("\r", "\n").split("\n")]
     while lines and not lines[-1]:
         lines.pop()
     return lines
@@ -82,16 +97,17 @@ def compare_stdout(expected: str, actual: str, *, float_tol: float = FLOAT_TOL, 
     if exp_lines == act_lines:
         return True, "line-wise"
     if unordered:
-        ok = sorted(" ".join(ln.split()) for ln in exp_lines) == sorted(" ".join(ln.split()) for ln in act_lines)
+        ok = (sorted(" ".join(split_tokens(ln)) for ln in exp_lines)
+              == sorted(" ".join(split_tokens(ln)) for ln in act_lines))
         return ok, "unordered lines" if ok else "lines differ as multisets"
     if line_sensitive:
-        exp_lines = [ln for ln in exp_lines if ln.strip()]
-        act_lines = [ln for ln in act_lines if ln.strip()]
+        exp_lines = [ln for ln in exp_lines if ln.strip(BLANKS)]
+        act_lines = [ln for ln in act_lines if ln.strip(BLANKS)]
         if len(exp_lines) != len(act_lines):
             return False, f"expected {len(exp_lines)} lines, got {len(act_lines)}"
-        pairs = [(e.split(), a.split()) for e, a in zip(exp_lines, act_lines)]
+        pairs = [(split_tokens(e), split_tokens(a)) for e, a in zip(exp_lines, act_lines)]
     else:
-        pairs = [(expected.split(), actual.split())]
+        pairs = [(split_tokens(expected), split_tokens(actual))]
     for n, (et, at) in enumerate(pairs):
         if len(et) != len(at):
             where = f" on line {n + 1}" if line_sensitive else ""

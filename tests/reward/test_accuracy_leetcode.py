@@ -5,6 +5,7 @@ import gzip
 import importlib.util
 import json
 import os
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -78,18 +79,21 @@ def test_conversion_covers_the_dataset(cases):
 
 def test_every_reference_solution_passes_and_every_mutant_fails(cases, engine):
     out, _ = cases
-    wrong_refs, passing_mutants = [], []
+    jobs = []  # (task_id, is_mutant, code, ground truth)
     for row, gt in out:
         gts = json.dumps(gt)
-        r = evaluate_response(f"```python\n{row['completion']}\n```", gts, engine=engine, timeout=5)
-        if r.verdict != V.CORRECT:
-            wrong_refs.append((row["task_id"], r.verdict, r.detail[:120]))
-        fn = gt["fn_name"]
+        jobs.append((row["task_id"], False, row["completion"], gts))
         if gt.get("return_type") or row["task_id"] in ANY_ORDER:
             continue  # linked structures / any-order answers: the generic mutation may not change the answer
-        m = evaluate_response(f"```python\n{row['completion']}{MUTATE.format(fn=fn)}\n```", gts, engine=engine,
-                              timeout=5)
-        if m.verdict == V.CORRECT:
-            passing_mutants.append(row["task_id"])
+        jobs.append((row["task_id"], True, row["completion"] + MUTATE.format(fn=gt["fn_name"]), gts))
+
+    def score(job):
+        return evaluate_response(f"```python\n{job[2]}\n```", job[3], engine=engine, timeout=5)
+
+    with ThreadPoolExecutor(engine.size) as pool:  # the engine's concurrency
+        results = list(pool.map(score, jobs))
+    wrong_refs = [(tid, r.verdict, r.detail[:120]) for (tid, mut, _, _), r in zip(jobs, results)
+                  if not mut and r.verdict != V.CORRECT]
+    passing_mutants = [tid for (tid, mut, _, _), r in zip(jobs, results) if mut and r.verdict == V.CORRECT]
     assert wrong_refs == []
     assert passing_mutants == []

@@ -33,9 +33,24 @@ from microcoder_ext.reward.compare import big_int, compare_stdout, compare_value
     ("nan\n", "nan\n", True),
     ("inf\n", "inf\n", True),
     ("1 2\n", "1\n2\n", True),                 # whitespace-token rule ignores line structure by default
+    ("1 2\n", "1\t2\r\n", True),               # judge blanks: space, tab, CR, LF
+    ("1 2\n", "1\u00a02\n", False),             # NBSP is not a separator (str.split() would say it is)
+    ("1 2\n", "1\u30002\n", False),             # nor the ideographic space
+    ("1 2\n", "1\x1f2\n", False),               # nor ASCII unit separator / vertical tab / form feed
+    ("1 2\n", "1\x0b2\n", False),
+    ("1\n", "1\u00a0\n", False),                # a trailing NBSP is part of the token
+    ("1\n", "1\x0c\n", False),
+    ("3.5\n", "\uff13.\uff15\n", False),         # fullwidth digits: float() accepts them, judges do not
+    ("35\n", "\u0663\u0665\n", False),          # Arabic-Indic digits
 ])
 def test_stdout_rules(exp, act, ok):
     assert compare_stdout(exp, act)[0] is ok
+
+
+def test_non_ascii_blanks_in_the_option_paths():
+    assert compare_stdout("1 2\n3\n", "1\u00a02\n3\n", line_sensitive=True)[0] is False
+    assert compare_stdout("a b\nc\n", "c\na\u00a0b\n", unordered=True)[0] is False
+    assert compare_stdout("a b\nc\n", "c\na\tb\n", unordered=True)[0] is True
 
 
 def test_line_sensitive_and_unordered_and_case_options():
