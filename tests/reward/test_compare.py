@@ -106,3 +106,18 @@ def test_big_ints_beyond_the_int_str_limit():
     assert big_int(s) == 10**5000 - 1
     assert parse_json_value("[" + s + "]") == [10**5000 - 1]
     assert compare_stdout(s + "\n", s + "\n")[0] and not compare_stdout(s + "\n", "9" * 4999 + "8\n")[0]
+
+
+def test_million_digit_integers():
+    n = 10**6
+    nines, power = "9" * n, "1" + "0" * n  # 10**n - 1 and 10**n: off by one
+    assert compare_stdout(nines + "\n", "00" + nines)[0]
+    assert not compare_stdout(nines, power)[0]
+    assert not compare_stdout(nines, nines[:-1] + "8")[0]
+    assert compare_stdout("-" + nines, "-000" + nines)[0]
+    big = 10**n - 1
+    assert big_int(nines) == big and big_int("-" + nines) == -big
+    assert big_int(power) == big + 1 and big_int(power) != big
+    assert parse_json_value("[" + nines + "]") == [big]
+    assert compare_values(parse_json_value(nines), big)[0]
+    assert not compare_values(parse_json_value(power), big)[0]

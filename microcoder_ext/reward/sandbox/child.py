@@ -6,7 +6,16 @@ Status records go to fd 3 as ``<nonce> <json>\\n`` lines (the worker ignores lin
   stdin mode: ``{"s": "end", "r": "ok"|"exception"|"memory"|"compile_error", "e": msg}``
   call mode:  per test ``{"i": i, "s": "ok", "v": <json text of the return value>}`` or
               ``{"i": i, "s": "exception"|"memory"|"unserialisable"|"compile_error", "e": msg}``
-The child never sees expected outputs: only the program, the inputs and its own nonce. The nonce is not
+The child never sees expected outputs: only the program, the inputs and its own nonce.
+
+Compiled-code cache: the first child of a job that compiles the program stores ``marshal.dumps`` of the code
+object in the job's ``code`` memfd (after every sandbox layer is on); later children of the same job load it
+from there instead of compiling again. The job process never reads that memfd (it only creates it, and
+closes it with the job), so it never parses anything a program could have written; a child that finds the
+blob unusable (absent, foreign source hash, not loadable) just compiles. What a program can do through it
+(make a later child of the same job run other code) it can already do by writing a file to the job's
+tmpdir that its later runs read and exec; and it cannot even do that: every child closes the descriptor
+right after loading or storing the code, before the program runs. The nonce is not
 a secret from the program (same process: it can walk the frames or scan memory for it); it only keeps a
 premature exit from looking like success. What a forged record can claim is bounded by the worker: an
 output it could have printed anyway, never ``setup_failed`` after ``ready``, never a huge integer.
@@ -16,8 +25,10 @@ from __future__ import annotations
 
 import builtins
 import fcntl
+import hashlib
 import io
 import json
+import marshal
 import math
 import os
 import resource
@@ -31,6 +42,8 @@ from . import limits, seccomp_bpf
 from . import landlock as _landlock
 
 RESULT_FD = 3
+CODE_FD = None  # the job's compiled-code memfd after setup (see the module docstring), when the worker gives one
+_CODE_MAGIC = b"MCcode1\0"
 MAX_ERR = 2000
 _json_dumps = json.dumps
 _dumps = json.JSONEncoder(ensure_ascii=False, allow_nan=True, separators=(",", ":"), check_circular=True).encode
@@ -63,7 +76,7 @@ def setup(spec: dict, fds: dict, libc) -> None:
     """Apply the layers (order matters: session, fds, cwd, rlimits, uid, pdeathsig, landlock, seccomp).
 
     Descriptors after setup: 0-2 stdio (memfds), 3 result pipe, 4 the landlock ruleset (closed once
-    applied), and, at their worker-chosen numbers, the ``O_PATH`` descriptors of interpreter
+    applied), then the job's compiled-code memfd (``CODE_FD``, when given), and, at their worker-chosen numbers, the ``O_PATH`` descriptors of interpreter
     directories the sandbox uid cannot reach (``sys.path`` already names them: see
     ``worker.Worker.map_interpreter_dirs``); nothing else survives.
     """
@@ -73,6 +86,10 @@ def setup(spec: dict, fds: dict, libc) -> None:
     sources = [fds["stdin"], fds["stdout"], fds["stderr"], fds["result"]]
     if ruleset is not None:
         sources.append(ruleset)
+    global CODE_FD
+    if fds.get("code") is not None:
+        sources.append(fds["code"])
+        CODE_FD = len(sources) - 1
     _remap(sources, keep=[fd for _real, fd in fds.get("paths") or ()])
     os.chdir(spec["tmpdir"])
     lim = spec["limits"]
@@ -203,14 +220,84 @@ def run(spec: dict, fds: dict, libc) -> None:
 
 
 def _compile(spec: dict, nonce: str, index: int | None):
+    """The program's code object (from the job's cache or compiled here); closes the cache descriptor
+    before returning, so that the program never holds it (it cannot change what later children run)."""
     try:
-        return compile(spec["code"], "solution.py", "exec", dont_inherit=True)
+        return _compile_cached(spec, nonce, index)
+    finally:
+        _close_code_fd()
+
+
+def _close_code_fd() -> None:
+    global CODE_FD
+    if CODE_FD is not None:
+        try:
+            os.close(CODE_FD)
+        except OSError:
+            pass
+        CODE_FD = None
+
+
+def _compile_cached(spec: dict, nonce: str, index: int | None):
+    source = spec["code"]
+    try:
+        digest = hashlib.sha256(source.encode("utf-8", "surrogatepass")).digest()
+    except BaseException:
+        digest = None
+    code = _cached_code(digest)
+    if code is not None:
+        return code
+    try:
+        code = compile(source, "solution.py", "exec", dont_inherit=True)
     except BaseException:
         rec = {"s": "compile_error", "e": _exc_text()}
         if index is not None:
             rec["i"] = index
+        _close_code_fd()
         _emit(nonce, rec)
         _finish(1)
+    _store_code(code, digest, spec["limits"]["file_size_bytes"])
+    return code
+
+
+def _cached_code(digest):
+    """The code object a previous child of this job stored for the same source, or None."""
+    if CODE_FD is None or digest is None:
+        return None
+    try:
+        size = os.fstat(CODE_FD).st_size
+        head = len(_CODE_MAGIC) + len(digest)
+        if size <= head:
+            return None
+        data = os.pread(CODE_FD, size, 0)
+        if data[:head] != _CODE_MAGIC + digest:
+            return None
+        code = marshal.loads(memoryview(data)[head:])
+        return code if isinstance(code, types.CodeType) else None
+    except BaseException:
+        return None
+
+
+def _store_code(code, digest, file_size_limit: int) -> None:
+    """Store ``code`` for the later children of this job (first compiling child only; never past
+    RLIMIT_FSIZE, whose SIGXFSZ would kill this child)."""
+    if CODE_FD is None or digest is None:
+        return
+    try:
+        if os.fstat(CODE_FD).st_size:
+            return
+        data = _CODE_MAGIC + digest + marshal.dumps(code)
+        if len(data) >= file_size_limit:
+            return
+        view = memoryview(data)
+        off = 0
+        while off < len(data):
+            off += os.pwrite(CODE_FD, view[off:], off)
+    except BaseException:
+        try:
+            os.ftruncate(CODE_FD, 0)
+        except BaseException:
+            pass
 
 
 def _run_stdin(spec: dict, g: dict, nonce: str) -> None:

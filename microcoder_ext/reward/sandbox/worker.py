@@ -425,7 +425,7 @@ class Worker:
         try:
             if self.layers.get("landlock"):
                 fds["ruleset"], _ = landlock.create_ruleset(self.read_paths, [tmp, "/dev/null"], self.libc)
-            for name in ("stdin", "stdout", "stderr"):
+            for name in ("stdin", "stdout", "stderr", "code"):  # "code": the children's compiled-code cache
                 fds[name] = os.memfd_create(f"mc-{name}", os.MFD_CLOEXEC)
             self._run_tests(job, tmp, fds, uid)
         except (protocol.ChannelClosed, BrokenPipeError):
