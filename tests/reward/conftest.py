@@ -95,8 +95,8 @@ def sandbox_uids():
     return SANDBOX_UID_MIN, SANDBOX_UID_MAX
 
 
-def sandbox_processes(uid_min: int = SANDBOX_UID_MIN, uid_max: int = SANDBOX_UID_MAX):
-    """pids of live processes whose real uid is in this session's sandbox range (leftover children).
+def live_sandbox_processes(uid_min: int = SANDBOX_UID_MIN, uid_max: int = SANDBOX_UID_MAX):
+    """(pid, uid) of live processes whose real uid is in ``[uid_min, uid_max]``.
     Zombies do not count: they are dead, only not yet reaped by whoever inherited them."""
     out = []
     for pid in os.listdir("/proc"):
@@ -108,9 +108,21 @@ def sandbox_processes(uid_min: int = SANDBOX_UID_MIN, uid_max: int = SANDBOX_UID
                         if line.startswith("State:"):
                             zombie = line.split()[1] in ("Z", "X")
                         elif line.startswith("Uid:"):
-                            if uid_min <= int(line.split()[1]) <= uid_max and not zombie:
-                                out.append(int(pid))
+                            uid = int(line.split()[1])
+                            if uid_min <= uid <= uid_max and not zombie:
+                                out.append((int(pid), uid))
                             break
             except (OSError, ValueError):
                 pass
     return out
+
+
+def sandbox_processes(uid_min: int = SANDBOX_UID_MIN, uid_max: int = SANDBOX_UID_MAX):
+    """pids of live processes in this session's sandbox uid range (leftover children)."""
+    return [pid for pid, _ in live_sandbox_processes(uid_min, uid_max)]
+
+
+@pytest.fixture(scope="session")
+def live_sandbox_uids():
+    """``f(uid_min, uid_max) -> [uid, ...]``: uids of the live sandboxed processes in that range."""
+    return lambda lo, hi: [uid for _, uid in live_sandbox_processes(lo, hi)]

@@ -70,28 +70,7 @@ eng.close()
 """
 
 
-def _live_sandbox_uids(lo, hi):
-    uids = []
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            with open(f"/proc/{pid}/status") as f:
-                zombie = False
-                for line in f:
-                    if line.startswith("State:"):
-                        zombie = line.split()[1] in ("Z", "X")
-                    elif line.startswith("Uid:"):
-                        uid = int(line.split()[1])
-                        if lo <= uid <= hi and not zombie:
-                            uids.append(uid)
-                        break
-        except (OSError, ValueError):
-            pass
-    return uids
-
-
-def run_node(tmp_path, *, processes, threads, per_thread, node_slots, slots_dir, sleep=0.3):
+def run_node(tmp_path, *, processes, threads, per_thread, node_slots, slots_dir, live_uids, sleep=0.3):
     counter = tmp_path / "counter"
     counter.write_text("0 0")
     sbx_tmp = tempfile.mkdtemp(prefix="mc-test-conc-")
@@ -105,7 +84,7 @@ def run_node(tmp_path, *, processes, threads, per_thread, node_slots, slots_dir,
 
     def sample():
         while not stop.is_set():
-            samples.append(_live_sandbox_uids(UID_BASE, hi))
+            samples.append(live_uids(UID_BASE, hi))
             time.sleep(0.003)
 
     sampler = threading.Thread(target=sample, daemon=True)
@@ -123,11 +102,11 @@ def run_node(tmp_path, *, processes, threads, per_thread, node_slots, slots_dir,
     return results, current, peak, samples
 
 
-def test_processes_share_the_node_slots(tmp_path):
+def test_processes_share_the_node_slots(tmp_path, live_sandbox_uids):
     slots_dir = tempfile.mkdtemp(prefix="mc-test-slots-")
     try:
         results, current, peak, samples = run_node(tmp_path, processes=3, threads=3, per_thread=2, node_slots=2,
-                                                   slots_dir=slots_dir)
+                                                   slots_dir=slots_dir, live_uids=live_sandbox_uids)
     finally:
         subprocess.run(["rm", "-rf", slots_dir])
     assert all(r["node_wide"] for r in results)
@@ -146,10 +125,10 @@ def test_processes_share_the_node_slots(tmp_path):
     assert all(1 <= r["workers"] <= 2 for r in results), results
 
 
-def test_without_node_slots_the_same_load_oversubscribes(tmp_path):
+def test_without_node_slots_the_same_load_oversubscribes(tmp_path, live_sandbox_uids):
     """Control for the test above: with per-process limits only, the counter does see more holders."""
     results, current, peak, _samples = run_node(tmp_path, processes=3, threads=2, per_thread=1, node_slots=0,
-                                                slots_dir=None, sleep=0.8)
+                                                slots_dir=None, live_uids=live_sandbox_uids, sleep=0.8)
     assert not any(r["node_wide"] for r in results)
     assert current == 0
     assert peak > 2, peak
