@@ -1,4 +1,4 @@
-"""Accuracy of the MicroCoder code reward vs verl 0.9.1 ``prime_code`` on a labelled set built from ../shared/data.
+"""Accuracy of the MicroCoder code reward vs verl 0.9.1 ``prime_code`` on a labelled set built from bench/data.
 
 Labelled set (bench/reward_data.py; every case has all of its problem's tests):
   * CodeContests, stdin (19 problems with our reference solutions, 35-331 tests each; DeepMind CodeContests,

@@ -1,13 +1,12 @@
-"""Labelled workloads for the code-reward benchmarks and accuracy tests, built at run time from ../shared/data.
+"""Labelled workloads for the code-reward benchmarks and accuracy tests, built at run time from bench/data/.
 
-Data (read, never copied into the repo):
+Data (copied into the repository with their licences; attribution in ``bench/data/README.md``):
   * ``leetcode-v0.2.0-train.jsonl.gz``: newfacade/LeetCodeDataset v0.2.0 train (MIT): 1890 call-based problems
     with a reference ``completion`` and a few tests each.
   * ``code_contests-20-stdin.jsonl.gz``: 20 CodeContests stdin problems (DeepMind CodeContests, CC-BY-4.0, via
     bytedance/SandboxFusion test samples, Apache-2.0) with 35-331 tests each and no solutions; our reference
-    solutions (and checkers for problems with several valid answers) are in ``bench/data/code_contests_refs.jsonl``
-    (see ``bench/data/README.md``).
-The shared directory is ``ROOT.parent / "shared"`` (override: ``MICROCODER_SHARED_DIR``).
+    solutions (and checkers for problems with several valid answers) are in ``bench/data/code_contests_refs.jsonl``.
+The data directory is ``bench/data`` (override: ``MICROCODER_DATA_DIR``, a directory holding the same files).
 
 Program transforms are *wrappers* around a reference solution: the reference runs unchanged (``exec``), its
 stdout (stdin problems) or return value (call-based problems) is then rewritten by one function of
@@ -31,8 +30,7 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED = Path(os.environ.get("MICROCODER_SHARED_DIR") or ROOT.parent / "shared")
-DATA = SHARED / "data"
+DATA = Path(os.environ.get("MICROCODER_DATA_DIR") or ROOT / "bench" / "data")
 LEETCODE = DATA / "leetcode-v0.2.0-train.jsonl.gz"
 CODE_CONTESTS = DATA / "code_contests-20-stdin.jsonl.gz"
 CC_REFS = ROOT / "bench" / "data" / "code_contests_refs.jsonl"
@@ -62,8 +60,8 @@ def quiet_stdout():
 
 def require(path: Path) -> Path:
     if not path.exists():
-        raise DataMissing(f"{path} not found: the benchmarks read ../shared/data next to the repository "
-                          f"(set MICROCODER_SHARED_DIR to the directory that holds data/)")
+        raise DataMissing(f"{path} not found: the benchmarks read the data files in bench/data of the repository "
+                          f"(or MICROCODER_DATA_DIR); see bench/data/README.md")
     return path
 
 

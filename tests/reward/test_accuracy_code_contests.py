@@ -1,11 +1,12 @@
-"""Accuracy on the 20 CodeContests stdin problems of ../shared/data (DeepMind CodeContests, CC-BY-4.0, via
+"""Accuracy on the 20 CodeContests stdin problems of bench/data (DeepMind CodeContests, CC-BY-4.0, via
 bytedance/SandboxFusion, Apache-2.0; 35-331 tests each). Our reference solutions (bench/data/code_contests_refs.jsonl,
 19 problems: 1179_E is interactive and left out) must pass every test through the real sandbox (stdin path), and
 deterministic mutants of each must fail: first number off by one, two output lines swapped, last token missing,
 an extra line, a no-break space between two tokens, an uncaught exception after the correct output, and
 wrong only on the LAST test.
 
-The tests are read at run time from ``ROOT.parent / "shared" / "data"`` (never copied into the repository)."""
+The tests are read from ``bench/data/code_contests-20-stdin.jsonl.gz`` (in the repository, with its licence);
+a missing file fails the test."""
 
 import importlib.util
 import json
@@ -28,9 +29,8 @@ REF_IDS = [json.loads(line)["id"] for line in open(rd.CC_REFS)]
 
 @pytest.fixture(scope="module")
 def problems():
-    if not rd.CODE_CONTESTS.exists():
-        pytest.skip(f"{rd.CODE_CONTESTS} not found: these tests read the CodeContests sample from ../shared/data "
-                    f"next to the repository (or MICROCODER_SHARED_DIR)")
+    assert rd.CODE_CONTESTS.exists(), (f"{rd.CODE_CONTESTS} not found: the CodeContests sample ships in bench/data "
+                                       f"(or set MICROCODER_DATA_DIR); see bench/data/README.md")
     return {p["id"]: p for p in rd.code_contests()}
 
 

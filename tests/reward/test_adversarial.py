@@ -26,6 +26,9 @@ from microcoder_ext.core import verdicts as V
 from microcoder_ext.reward import evaluate_response
 from microcoder_ext.reward.sandbox import seccomp_bpf
 
+#: a dataset on this machine (the repository's copy, absolute path, so the attack works from any clone)
+TRAINING_DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench", "data",
+                             "leetcode-v0.2.0-train.jsonl.gz")
 SECRET = "7319882145"  # the expected output: appears nowhere in the sandboxed process
 STDIN = {"inputs": ["go\n"], "outputs": [SECRET + "\n"]}
 CALL = {"fn_name": "f", "inputs": [[1]], "outputs": [SECRET]}
@@ -52,7 +55,7 @@ answer = str(found[0]).strip() if found else 'nothing'
 
 STDIN_PROGRAMS = {
     "frame_walk_and_gc_for_expected": FIND_IN_MEMORY + "print(answer)",
-    "read_training_data": "print(open('/work/shared/data/leetcode-v0.2.0-train.jsonl.gz','rb').read(10))",
+    "read_training_data": "print(open(__TRAINING_DATA__, 'rb').read(10))",
     "read_secret_file_outside": "print(open(__SECRET_FILE__).read())",
     "list_root": "import os; print(os.listdir('/root'))",
     "read_parent_environ": "import os; print(open(f'/proc/{os.getppid()}/environ').read())",
@@ -282,6 +285,7 @@ def run_adv(adv_engine):
 
 def _fill(code, listener, secret_file, hostile_files, engine):
     return (code.replace("__PORT__", str(listener)).replace("__SECRET_FILE__", repr(secret_file))
+            .replace("__TRAINING_DATA__", repr(os.path.realpath(TRAINING_DATA)))
             .replace("__PRIVATE_FILE__", repr(hostile_files["private_file"]))
             .replace("__ALLOWED_0600__", repr(hostile_files["allowed_0600"]))
             .replace("__SLOTS_DIR__", repr(engine.slots().directory or "/nonexistent")))
@@ -568,3 +572,10 @@ def test_engine_keeps_serving_after_attacks(run_adv, run):
         assert r.verdict == V.CORRECT, r.detail
         r = runner("def f(x):\n    return '7319882145'", CALL)
         assert r.verdict == V.CORRECT, r.detail
+
+
+def test_read_training_data_attack_targets_a_real_file():
+    """``read_training_data`` is vacuous unless the file it opens exists (the repository's copy of the data)."""
+    assert os.path.isfile(TRAINING_DATA), f"{TRAINING_DATA} missing: bench/data ships it (see bench/data/README.md)"
+    with open(TRAINING_DATA, "rb") as f:
+        assert f.read(2) == b"\x1f\x8b"  # unsandboxed, the attack's open() works
