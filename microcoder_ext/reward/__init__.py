@@ -18,20 +18,21 @@ import time
 
 from microcoder_ext.core import verdicts as V
 
-from .engine import Engine, EngineConfig, get_engine, reset_engine
+from .backends import Backend, get_engine, reset_engine
+from .engine import Engine, EngineConfig
 from .extract import extract_code
 from .ground_truth import GroundTruthError, TestSuite, parse_ground_truth
 from .result import RESULT_KEYS, EvalResult
 
-__all__ = ["compute_score", "compute_score_async", "evaluate_response", "Engine", "EngineConfig", "EvalResult",
-           "GroundTruthError", "RESULT_KEYS", "TestSuite", "extract_code", "get_engine", "parse_ground_truth",
-           "reset_engine"]
+__all__ = ["compute_score", "compute_score_async", "evaluate_response", "Backend", "Engine", "EngineConfig",
+           "EvalResult", "GroundTruthError", "RESULT_KEYS", "TestSuite", "extract_code", "get_engine",
+           "parse_ground_truth", "reset_engine"]
 
 log = logging.getLogger("microcoder_ext.reward")
 _CALL_OPTIONS = ("timeout", "memory_mb", "stop_on_first_failure")
 
 
-def evaluate_response(response: str, ground_truth, extra_info: dict | None = None, *, engine: Engine | None = None,
+def evaluate_response(response: str, ground_truth, extra_info: dict | None = None, *, engine: Backend | None = None,
                       **options) -> EvalResult:
     """Score one response; never raises (errors become ``sandbox_error``)."""
     t0 = time.monotonic()

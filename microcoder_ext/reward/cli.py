@@ -3,11 +3,18 @@
 Each line: ``{"response": str, "ground_truth": <tests>}`` (``solution_str`` / ``tests`` accepted as
 aliases, optional ``extra_info``, ``id``). Prints a progress bar (stderr) and a verdict table; ``-o``
 writes one result line per record, in input order.
+
+The whole file is read and checked before anything runs. A line that is not a record (not UTF-8, not
+JSON, not an object, no response or no ground-truth field, a response that is not a string) is reported
+on stderr with its line number; without ``--skip-bad`` nothing is scored and the exit status is 2, with
+it the bad lines are left out and listed as skipped. A record whose ground truth is present but malformed
+is scored, as verdict ``sandbox_error`` (as in training).
 """
 
 from __future__ import annotations
 
 import argparse
+import codecs
 import collections
 import json
 import sys
@@ -16,10 +23,37 @@ from concurrent.futures import ThreadPoolExecutor
 
 from microcoder_ext.core import verdicts as V
 
+PROG = "microcoder eval-code"
+EXIT_OK, EXIT_SANDBOX, EXIT_INPUT = 0, 1, 2
+RESPONSE_KEYS = ("response", "solution_str")
+GROUND_TRUTH_KEYS = ("ground_truth", "tests")
+
+EPILOG = """\
+input: one JSON object per line
+  {"response": "<text with a ```python block>", "ground_truth": <tests>,
+   "id": <any, optional>, "extra_info": {...optional}}
+  aliases: solution_str for response, tests for ground_truth; empty lines are ignored
+
+The whole file is checked before anything runs. Bad lines (not UTF-8, not JSON, not
+an object, no response or no ground_truth field, a response that is not a string) are
+reported as FILE:LINE: REASON on stderr. A record whose ground truth is present but
+malformed is not a bad line: it is scored, as verdict sandbox_error.
+
+exit status:
+  0  every record was scored (with --skip-bad: every good one; bad lines are listed
+     as skipped below the verdict table)
+  1  the sandbox could not start (the records got verdict sandbox_error)
+  2  the input could not be read, or -o could not be written, or the input has bad
+     lines and --skip-bad was not given (nothing was scored), or every line was bad
+"""
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.formatter_class = argparse.RawDescriptionHelpFormatter
+    p.epilog = EPILOG
     p.add_argument("file", help="JSONL with response + ground_truth per line ('-' for stdin)")
-    p.add_argument("-o", "--output", help="write per-record results (JSONL) here")
+    p.add_argument("-o", "--output", help="write per-record results (JSONL, with the input line number) here")
+    p.add_argument("--skip-bad", action="store_true",
+                   help="report bad lines, skip them and score the rest (default: exit 2 before scoring)")
     p.add_argument("--workers", type=int, default=0, help="concurrent sandboxes (default: usable cores)")
     p.add_argument("--timeout", type=float, default=5.0, help="CPU seconds per test (default 5)")
     p.add_argument("--memory-mb", type=int, default=2048, help="address-space limit per run, MiB (default 2048)")
@@ -27,15 +61,69 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
-def _records(path: str):
-    f = sys.stdin if path == "-" else open(path, encoding="utf-8")
-    with f:
-        for n, line in enumerate(f, 1):
-            if line.strip():
-                try:
-                    yield n, json.loads(line)
-                except ValueError as e:
-                    yield n, {"_error": f"line {n}: invalid JSON ({e})"}
+class InputError(Exception):
+    """The input file cannot be read at all."""
+
+
+def _err(msg: str) -> None:
+    print(f"{PROG}: {msg}", file=sys.stderr)
+
+
+def _why(e: OSError) -> str:
+    return e.strerror or str(e)
+
+
+def _lines(path: str):
+    """``(line number, bytes or str)`` of every line; raises :class:`InputError` when unreadable."""
+    try:
+        if path == "-":
+            f = getattr(sys.stdin, "buffer", sys.stdin)
+            return list(enumerate(f, 1))
+        with open(path, "rb") as f:
+            return list(enumerate(f, 1))
+    except OSError as e:
+        raise InputError(f"cannot read {'<stdin>' if path == '-' else path}: {_why(e)}") from None
+
+
+def check_record(line) -> tuple[dict | None, str | None]:
+    """``(record, None)`` for a scorable line, ``(None, why)`` for a bad one."""
+    if isinstance(line, bytes):
+        try:
+            line = line.decode("utf-8")
+        except UnicodeDecodeError as e:
+            return None, f"not UTF-8 ({e.reason} at byte {e.start})"
+    try:
+        rec = json.loads(line)
+    except RecursionError:
+        return None, "invalid JSON (nested too deeply)"
+    except ValueError as e:
+        return None, f"invalid JSON ({e})"
+    if not isinstance(rec, dict):
+        return None, f"expected a JSON object, got {type(rec).__name__ if rec is not None else 'null'}"
+    missing = [f"{a!r} (or {b!r})" for a, b in (RESPONSE_KEYS, GROUND_TRUTH_KEYS) if a not in rec and b not in rec]
+    if missing:
+        return None, f"missing {' and '.join(missing)}"
+    resp = rec[RESPONSE_KEYS[0]] if RESPONSE_KEYS[0] in rec else rec[RESPONSE_KEYS[1]]
+    if not isinstance(resp, str):
+        return None, f"the response must be a string, got {type(resp).__name__ if resp is not None else 'null'}"
+    return rec, None
+
+
+def read_records(path: str) -> tuple[list[tuple[int, dict]], list[tuple[int, str]]]:
+    """All records of ``path`` (``-``: stdin): ``(good [(line, record)], bad [(line, why)])``; empty lines
+    are neither. Raises :class:`InputError` when the file cannot be read."""
+    good, bad = [], []
+    for n, line in _lines(path):
+        if n == 1 and isinstance(line, bytes) and line.startswith(codecs.BOM_UTF8):
+            line = line[len(codecs.BOM_UTF8):]
+        if not line.strip():
+            continue
+        rec, why = check_record(line)
+        if rec is None:
+            bad.append((n, why))
+        else:
+            good.append((n, rec))
+    return good, bad
 
 
 def _progress(total: int, disabled: bool):
@@ -49,7 +137,14 @@ def _progress(total: int, disabled: bool):
         return _Null()
 
 
-def verdict_table(results: list[dict]) -> str:
+def _line_list(lines: list[int], limit: int = 20) -> str:
+    shown = ", ".join(str(n) for n in lines[:limit])
+    return shown + (f", ... ({len(lines) - limit} more)" if len(lines) > limit else "")
+
+
+def verdict_table(results: list[dict], skipped: list[int] | None = None) -> str:
+    """Count and share of each verdict, mean score and pass rate; ``skipped``: line numbers of bad input
+    lines that were not scored (listed below the total, not counted in the shares)."""
     counts = collections.Counter(r["verdict"] for r in results)
     n = len(results) or 1
     lines = [f"{'verdict':<15}{'count':>8}{'share':>9}", "-" * 32]
@@ -59,19 +154,50 @@ def verdict_table(results: list[dict]) -> str:
     mean_pr = sum(r["pass_rate"] for r in results) / n
     lines.append(f"{'total':<15}{len(results):>8}   score {sum(r['score'] for r in results) / n:.3f}  "
                  f"pass_rate {mean_pr:.3f}")
+    if skipped:
+        lines.append(f"{'skipped':<15}{len(skipped):>8}   bad input lines: {_line_list(skipped)}")
     return "\n".join(lines)
 
 
 def run(args) -> int:
-    from . import EngineConfig, Engine, EvalResult, evaluate_response
+    name = "<stdin>" if args.file == "-" else args.file
+    try:
+        recs, bad = read_records(args.file)
+    except InputError as e:
+        _err(str(e))
+        return EXIT_INPUT
+    for n, why in bad:
+        _err(f"{name}:{n}: {why}")
+    if bad and not args.skip_bad:
+        _err(f"{len(bad)} bad line{'s' if len(bad) != 1 else ''} in {name}; nothing scored "
+             "(fix them, or pass --skip-bad to score the other records)")
+        return EXIT_INPUT
+    if bad and not recs:
+        _err(f"no record to score in {name}: every non-empty line is bad")
+        return EXIT_INPUT
+    out = None
+    if args.output:
+        try:
+            out = open(args.output, "w", encoding="utf-8")
+        except OSError as e:
+            _err(f"cannot write {args.output}: {_why(e)}")
+            return EXIT_INPUT
+    try:
+        return _score(args, recs, [n for n, _ in bad], out)
+    finally:
+        if out is not None:
+            out.close()
 
-    recs = list(_records(args.file))
+
+def _score(args, recs: list[tuple[int, dict]], skipped: list[int], out) -> int:
+    from . import Engine, EngineConfig, evaluate_response
+
     engine = Engine(EngineConfig(workers=args.workers, timeout=args.timeout, memory_mb=args.memory_mb,
                                  stop_on_first_failure=not args.all_tests))
     t0 = time.monotonic()
     layers = engine.warmup()
     if engine.fatal:
-        print(f"error: {engine.fatal}", file=sys.stderr)
+        _err(f"sandbox unavailable: {engine.fatal}")
     else:
         active = [k for k in ("uid_drop", "seccomp", "landlock") if layers.get(k) == "active"]
         print(f"sandbox layers active: {', '.join(active) or 'none'}", file=sys.stderr)
@@ -79,12 +205,9 @@ def run(args) -> int:
 
     def score(item):
         n, rec = item
-        if "_error" in rec:
-            res = EvalResult(V.SANDBOX_ERROR, 0, 0, rec["_error"]).to_dict()
-        else:
-            resp = rec.get("response", rec.get("solution_str", ""))
-            gt = rec.get("ground_truth", rec.get("tests"))
-            res = evaluate_response(resp, gt, rec.get("extra_info"), engine=engine).to_dict()
+        resp = rec[RESPONSE_KEYS[0]] if RESPONSE_KEYS[0] in rec else rec[RESPONSE_KEYS[1]]
+        gt = rec[GROUND_TRUTH_KEYS[0]] if GROUND_TRUTH_KEYS[0] in rec else rec[GROUND_TRUTH_KEYS[1]]
+        res = evaluate_response(resp, gt, rec.get("extra_info"), engine=engine).to_dict()
         res["line"] = n
         if "id" in rec:
             res["id"] = rec["id"]
@@ -92,15 +215,21 @@ def run(args) -> int:
         return res
 
     try:
-        with ThreadPoolExecutor(max_workers=engine.size) as pool:
+        with ThreadPoolExecutor(max_workers=max(1, engine.size)) as pool:
             results = list(pool.map(score, recs))
     finally:
         bar.close()
         engine.close()
-    if args.output:
-        with open(args.output, "w", encoding="utf-8") as f:
+    if out is not None:
+        try:
             for r in results:
-                f.write(json.dumps(r) + "\n")
-    print(verdict_table(results))
-    print(f"{len(results)} responses in {time.monotonic() - t0:.1f} s", file=sys.stderr)
-    return 0
+                out.write(json.dumps(r) + "\n")
+            out.flush()
+        except OSError as e:
+            _err(f"cannot write {args.output}: {_why(e)}")
+            return EXIT_INPUT
+    print(verdict_table(results, skipped))
+    print(f"{len(results)} responses in {time.monotonic() - t0:.1f} s"
+          + (f" ({len(skipped)} bad line{'s' if len(skipped) != 1 else ''} skipped)" if skipped else ""),
+          file=sys.stderr)
+    return EXIT_SANDBOX if engine.fatal else EXIT_OK

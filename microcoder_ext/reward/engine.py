@@ -33,7 +33,8 @@ landlock allowlist. Only done when landlock is active (without it ``..`` from su
 reach world-readable files under the private home); then non-preimported modules from such an
 interpreter cannot be imported and the engine says so once.
 
-Configuration (constructor arguments, or environment variables for the process-wide :func:`get_engine`):
+Configuration (constructor arguments, or environment variables for the process-wide
+:func:`~microcoder_ext.reward.backends.get_engine`):
   workers        MICROCODER_REWARD_WORKERS        max worker processes in this process (default: node slots)
   node_slots     MICROCODER_REWARD_NODE_SLOTS     node-wide concurrent sandboxes (default: usable cores,
                                                   cgroup CPU quota included; 0 = per-process limit only)
@@ -61,7 +62,6 @@ Configuration (constructor arguments, or environment variables for the process-w
 from __future__ import annotations
 
 import atexit
-import json
 import logging
 import os
 import signal
@@ -71,33 +71,20 @@ from dataclasses import asdict, dataclass, field
 
 from microcoder_ext.core import verdicts as V
 
-from .compare import big_int, compare_stdout, compare_values
 from .concurrency import LocalSlots, NodeSlots, SlotsUnavailable, available_cores
 from .ground_truth import TestCase, TestSuite
+# shared with the other backends (judge.py); re-exported here for existing importers
+from .judge import (BIG_INT_KEY, MiB, _STATUS_VERDICT, _env, _json_size, _parse_value,  # noqa: F401
+                    encode_big_ints, judge, output_cap)
 from .result import EvalResult
 from .worker_client import WorkerError, WorkerProcess
 
 log = logging.getLogger("microcoder_ext.reward")
-MiB = 1 << 20
-
-#: worker status -> verdict when a test did not produce a comparable result
-_STATUS_VERDICT = {"exception": V.RUNTIME_ERROR, "signal": V.RUNTIME_ERROR, "memory": V.MEMORY_LIMIT,
-                   "timeout": V.TIMEOUT, "compile_error": V.COMPILE_ERROR, "output_limit": V.WRONG_ANSWER,
-                   "unserialisable": V.WRONG_ANSWER}
 
 
 def usable_cores() -> int:
     """Cores this process may use (affinity and cgroup CPU quota)."""
     return available_cores()
-
-
-def _env(name: str, default, cast=str):
-    v = os.environ.get(name)
-    if v is None or v == "":
-        return default
-    if cast is bool:
-        return v.strip().lower() not in ("0", "false", "no", "off")
-    return cast(v)
 
 
 @dataclass
@@ -422,147 +409,8 @@ class Engine:
             return EvalResult(V.CORRECT, n, passed, f"all {n} tests passed")
         return EvalResult(V.SANDBOX_ERROR, n, passed, f"only {passed} of {n} tests reported")
 
-    @staticmethod
-    def judge(test: TestCase, msg: dict, suite: TestSuite) -> tuple[bool, str, str]:
-        """Compare one worker result with the expected output: ``(passed, verdict if failed, detail)``."""
-        status = msg.get("status")
-        if status != "ok":
-            verdict = _STATUS_VERDICT.get(status, V.SANDBOX_ERROR)
-            err = str(msg.get("error") or status)
-            if status == "signal" and msg.get("stderr"):
-                err += f"; stderr: {msg['stderr'][-200:]}"
-            return False, verdict, err[-300:]
-        if suite.mode == "stdin":
-            actual = msg.get("stdout")
-            if not isinstance(actual, str):
-                return False, V.SANDBOX_ERROR, "worker returned no stdout"
-        else:
-            try:
-                actual = _parse_value(msg.get("value"), test.expected)
-            except (TypeError, ValueError, RecursionError) as e:
-                return False, V.WRONG_ANSWER, f"return value not decodable: {e}"
-        if suite.checker is not None:
-            try:
-                ok = bool(suite.checker(test.input, test.expected, actual))
-            except Exception as e:  # a checker raising on malformed output rejects it
-                return False, V.WRONG_ANSWER, f"checker rejected output ({type(e).__name__}: {e})"[:300]
-            return ok, V.WRONG_ANSWER, "checker accepted" if ok else "checker rejected output"
-        if suite.mode == "stdin":
-            ok, why = compare_stdout(test.expected, actual, float_tol=suite.float_tol,
-                                     case_sensitive=suite.case_sensitive, line_sensitive=suite.line_sensitive,
-                                     unordered=suite.unordered)
-        else:
-            ok, why = compare_values(test.expected, actual, float_tol=suite.float_tol, unordered=suite.unordered)
-            if not ok and test.apps_unwrap and isinstance(test.expected, list) and len(test.expected) == 1:
-                ok2, _ = compare_values(test.expected[0], actual, float_tol=suite.float_tol, unordered=suite.unordered)
-                ok = ok2 or ok
-        return ok, V.WRONG_ANSWER, why
-
-
-class _TooLong(float):
-    """An integer literal longer than any integer of the expected value: it cannot be equal to one."""
-
-    def __new__(cls):
-        return super().__new__(cls, "nan")
-
-    def __repr__(self):
-        return "<integer longer than expected>"
-
-
-def _max_int_digits(v, depth: int = 0) -> int:
-    if isinstance(v, bool) or depth > 200:
-        return 0
-    if isinstance(v, int):
-        return v.bit_length() * 30103 // 100000 + 2
-    if isinstance(v, (list, tuple)):
-        return max((_max_int_digits(x, depth + 1) for x in v), default=0)
-    if isinstance(v, dict):
-        return max((_max_int_digits(x, depth + 1) for x in v.values()), default=0)
-    return 0
-
-
-def _parse_value(text, expected):
-    """``compare.parse_json_value`` with one guard: decimal-to-int conversion is quadratic in CPython, so
-    a returned (or forged) integer of megabytes of digits would stall the supervisor (the trainer's reward
-    thread) for minutes. An integer literal with more digits than any integer of the expected value
-    (at least 4300) cannot equal one and is decoded as NaN, which equals nothing."""
-    if not isinstance(text, str):
-        raise TypeError(f"value is {type(text).__name__}, not JSON text")
-    limit = max(4300, _max_int_digits(expected) + 2)
-    return json.loads(text, parse_int=lambda t: big_int(t) if len(t) <= limit else _TooLong())
-
-
-def output_cap(expected, output_limit: int) -> int:
-    """Output cap of a test: ``output_limit``, or twice the expected size when that is larger, rounded up
-    to a power of two (the cap is visible to the program: it must not reveal the expected length)."""
-    size = len(expected.encode()) if isinstance(expected, str) else _json_size(expected)
-    need = 2 * size + 1024
-    return output_limit if need <= output_limit else 1 << (need - 1).bit_length()
-
-
-BIG_INT_KEY = "__mc_bigint__"
-_BIG = 10**4000
-
-
-def encode_big_ints(v):
-    """Replace integers too long for ``json.dumps`` under Python's int-digit limit by ``{BIG_INT_KEY: hex}``
-    (the worker, which runs without the limit, turns them back into ints)."""
-    if isinstance(v, int) and not isinstance(v, bool):
-        return {BIG_INT_KEY: hex(v)} if abs(v) >= _BIG else v
-    if isinstance(v, list):
-        return [encode_big_ints(x) for x in v]
-    if isinstance(v, dict):
-        return {k: encode_big_ints(x) for k, x in v.items()}
-    return v
-
-
-def _json_size(v) -> int:
-    """Approximate JSON size of a value in bytes, without converting big ints to decimal."""
-    if isinstance(v, int) and not isinstance(v, bool):
-        return v.bit_length() * 10 // 33 + 2
-    if isinstance(v, (list, tuple)):
-        return 2 + sum(_json_size(x) + 1 for x in v)
-    if isinstance(v, dict):
-        return 2 + sum(len(str(k)) + 4 + _json_size(x) for k, x in v.items())
-    return len(str(v)) + 2
-
-
-_engines: dict = {}
-_engine_lock = threading.Lock()
-BACKENDS = ("local", "sandbox_fusion")
-
-
-def get_engine(backend: str | None = None, sandbox_fusion_url: str | None = None):
-    """The process-wide engine of a backend (configured from the environment; recreated after a fork of
-    the host). ``backend``: ``local`` (default, or MICROCODER_REWARD_BACKEND) or ``sandbox_fusion``
-    (URL from the argument or MICROCODER_SANDBOX_FUSION_URL)."""
-    backend = (backend or os.environ.get("MICROCODER_REWARD_BACKEND") or "local").strip().lower()
-    if backend not in BACKENDS:
-        raise ValueError(f"unknown reward backend {backend!r} (one of {', '.join(BACKENDS)})")
-    if backend == "sandbox_fusion":
-        sandbox_fusion_url = sandbox_fusion_url or os.environ.get("MICROCODER_SANDBOX_FUSION_URL")
-        if not sandbox_fusion_url:
-            raise ValueError("backend sandbox_fusion needs sandbox_fusion_url= or MICROCODER_SANDBOX_FUSION_URL")
-    key = (backend, sandbox_fusion_url if backend == "sandbox_fusion" else None)
-    with _engine_lock:
-        eng = _engines.get(key)
-        if eng is None or eng.pid != os.getpid():
-            if backend == "local":
-                eng = Engine(EngineConfig.from_env())
-            else:
-                from .sandbox_fusion import SandboxFusionEngine, SandboxFusionConfig
-                eng = SandboxFusionEngine(SandboxFusionConfig.from_env(url=sandbox_fusion_url))
-            _engines[key] = eng
-        return eng
-
-
-def reset_engine() -> None:
-    """Close the process-wide engines (tests)."""
-    with _engine_lock:
-        for eng in _engines.values():
-            if eng.pid == os.getpid():
-                eng.close()
-        _engines.clear()
+    #: compare one worker result with the expected output (shared by every backend: ``judge.judge``)
+    judge = staticmethod(judge)
 
 
 def kill_uid_processes(uid: int) -> int:

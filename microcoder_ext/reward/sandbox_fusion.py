@@ -2,8 +2,10 @@
 
 Select it with ``compute_score(..., backend="sandbox_fusion", sandbox_fusion_url="http://host:8080")``
 (verl ``reward_kwargs``) or MICROCODER_REWARD_BACKEND=sandbox_fusion + MICROCODER_SANDBOX_FUSION_URL.
-Same interface as the local :class:`~microcoder_ext.reward.engine.Engine` (``evaluate(code, suite)`` ->
-``EvalResult``, ``close()``), same verdicts.
+Same interface as the local :class:`~microcoder_ext.reward.engine.Engine` (the
+:class:`~microcoder_ext.reward.backends.Backend` protocol: ``evaluate(code, suite)`` -> ``EvalResult``,
+``close()``, ``backend``), same verdicts. Like the local engine it depends only on the shared ``judge``
+module, never on another backend.
 
 API subset used: ``POST {url}/run_code`` with ``{"language": "python", "code", "run_timeout",
 "compile_timeout", "files": {name: base64}}``, answered with ``{"status": "Success"|"Failed"|"SandboxError",
@@ -18,8 +20,8 @@ clock, output to a size-capped file) or, for call-based tests, a runner process 
 for each test and restarts after a crash, and prints one JSON report tagged with a per-request nonce.
 With ``stop_on_first_failure`` no further batch is sent after a failing one.
 
-Judging stays here: the report's outputs go through ``Engine.judge`` (the same comparison as the local
-engine); SandboxFusion's own judging (``/submit``, its lower-casing, relative tolerances, ...) is not
+Judging stays here: the report's outputs go through :func:`~microcoder_ext.reward.judge.judge` (the same
+comparison as the local engine); SandboxFusion's own judging (``/submit``, its lower-casing, relative tolerances, ...) is not
 used. The report is untrusted (the program shares the remote sandbox with the driver and can forge it),
 which is harmless because it can only claim outputs, and outputs are checked against expectations the
 remote side never sees.
@@ -55,8 +57,8 @@ from dataclasses import asdict, dataclass
 
 from microcoder_ext.core import verdicts as V
 
-from .engine import MiB, Engine, _env, encode_big_ints, output_cap
 from .ground_truth import TestSuite
+from .judge import MiB, _env, encode_big_ints, judge, output_cap
 from .result import EvalResult
 from .sandbox import child as _child
 
@@ -345,7 +347,7 @@ class SandboxFusionEngine:
             for lo in range(0, n, max(1, cfg.batch_size)):
                 hi = min(n, lo + max(1, cfg.batch_size))
                 for i, msg in self._run_batch(program, suite, lo, hi, timeout, memory_mb):
-                    ok, verdict, detail = Engine.judge(suite.tests[i], msg, suite)
+                    ok, verdict, detail = judge(suite.tests[i], msg, suite)
                     if ok:
                         passed += 1
                     elif first_fail is None or i < first_fail[0]:

@@ -270,3 +270,45 @@ def test_compute_score_selects_the_backend(fake_sf, monkeypatch):
         assert out["verdict"] == V.SANDBOX_ERROR
     finally:
         reset_engine()
+
+
+def test_both_backends_implement_the_backend_interface(fake_sf):
+    import inspect
+
+    from microcoder_ext.reward import Backend, Engine, EngineConfig
+    from microcoder_ext.reward import sandbox_fusion as sf_mod
+    from microcoder_ext.reward.judge import judge
+
+    local = Engine(EngineConfig())  # lazy: starts nothing
+    remote = SandboxFusionEngine(url=fake_sf.url)
+    try:
+        for eng, name in ((local, "local"), (remote, "sandbox_fusion")):
+            assert isinstance(eng, Backend) and eng.backend == name
+            want = inspect.signature(Backend.evaluate).parameters
+            got = inspect.signature(type(eng).evaluate).parameters
+            assert [(p.name, p.kind) for p in got.values()] == [(p.name, p.kind) for p in want.values()]
+    finally:
+        local.close()
+    # one judge for both backends (no per-backend copy of the comparison)
+    assert Engine.judge is judge and sf_mod.judge is judge
+
+
+def test_backend_registry(fake_sf, monkeypatch):
+    from microcoder_ext.reward import backends
+
+    reset_engine()
+    try:
+        a = backends.get_engine("sandbox_fusion", fake_sf.url)
+        assert isinstance(a, SandboxFusionEngine) and backends.get_engine(" Sandbox_Fusion ", fake_sf.url) is a
+        assert backends.get_engine("sandbox_fusion", fake_sf.url + "/") is not a  # one engine per URL
+        monkeypatch.setattr(backends.os, "getpid", lambda: -1)  # as seen from a forked child
+        assert backends.get_engine("sandbox_fusion", fake_sf.url) is not a
+        monkeypatch.undo()
+        with pytest.raises(ValueError, match="unknown reward backend"):
+            backends.get_engine("nope")
+        monkeypatch.delenv("MICROCODER_SANDBOX_FUSION_URL", raising=False)
+        with pytest.raises(ValueError, match="needs sandbox_fusion_url"):
+            backends.get_engine("sandbox_fusion")
+    finally:
+        reset_engine()
+    assert backends.BACKENDS == ("local", "sandbox_fusion")

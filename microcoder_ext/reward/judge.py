@@ -1,0 +1,145 @@
+"""What every execution backend shares: the judging of one test result, and the helpers that prepare a job.
+
+A backend (the local sandbox pool in ``engine``, the remote SandboxFusion service in ``sandbox_fusion``)
+only *runs* code; it turns each test's outcome into a worker-style result message (``{"status": "ok",
+"stdout": ...}`` / ``{"status": "ok", "value": <JSON text>}`` / ``{"status": "timeout", "error": ...}``)
+and hands it to :func:`judge`, which alone compares it with the expected output. So both backends give
+the same verdicts for the same behaviour, and the expected outputs never leave the supervisor.
+
+This module is the bottom of the reward's layering: it imports neither ``engine``, ``sandbox_fusion``
+nor ``backends`` (``tests/reward/test_import_structure.py`` checks it).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+from microcoder_ext.core import verdicts as V
+
+from .compare import big_int, compare_stdout, compare_values
+from .ground_truth import TestCase, TestSuite
+
+MiB = 1 << 20
+
+#: worker status -> verdict when a test did not produce a comparable result
+_STATUS_VERDICT = {"exception": V.RUNTIME_ERROR, "signal": V.RUNTIME_ERROR, "memory": V.MEMORY_LIMIT,
+                   "timeout": V.TIMEOUT, "compile_error": V.COMPILE_ERROR, "output_limit": V.WRONG_ANSWER,
+                   "unserialisable": V.WRONG_ANSWER}
+
+
+def _env(name: str, default, cast=str):
+    """Configuration value from the environment (unset or empty: ``default``; ``bool``: 0/false/no/off)."""
+    v = os.environ.get(name)
+    if v is None or v == "":
+        return default
+    if cast is bool:
+        return v.strip().lower() not in ("0", "false", "no", "off")
+    return cast(v)
+
+
+def judge(test: TestCase, msg: dict, suite: TestSuite) -> tuple[bool, str, str]:
+    """Compare one worker result with the expected output: ``(passed, verdict if failed, detail)``."""
+    status = msg.get("status")
+    if status != "ok":
+        verdict = _STATUS_VERDICT.get(status, V.SANDBOX_ERROR)
+        err = str(msg.get("error") or status)
+        if status == "signal" and msg.get("stderr"):
+            err += f"; stderr: {msg['stderr'][-200:]}"
+        return False, verdict, err[-300:]
+    if suite.mode == "stdin":
+        actual = msg.get("stdout")
+        if not isinstance(actual, str):
+            return False, V.SANDBOX_ERROR, "worker returned no stdout"
+    else:
+        try:
+            actual = _parse_value(msg.get("value"), test.expected)
+        except (TypeError, ValueError, RecursionError) as e:
+            return False, V.WRONG_ANSWER, f"return value not decodable: {e}"
+    if suite.checker is not None:
+        try:
+            ok = bool(suite.checker(test.input, test.expected, actual))
+        except Exception as e:  # a checker raising on malformed output rejects it
+            return False, V.WRONG_ANSWER, f"checker rejected output ({type(e).__name__}: {e})"[:300]
+        return ok, V.WRONG_ANSWER, "checker accepted" if ok else "checker rejected output"
+    if suite.mode == "stdin":
+        ok, why = compare_stdout(test.expected, actual, float_tol=suite.float_tol,
+                                 case_sensitive=suite.case_sensitive, line_sensitive=suite.line_sensitive,
+                                 unordered=suite.unordered)
+    else:
+        ok, why = compare_values(test.expected, actual, float_tol=suite.float_tol, unordered=suite.unordered)
+        if not ok and test.apps_unwrap and isinstance(test.expected, list) and len(test.expected) == 1:
+            ok2, _ = compare_values(test.expected[0], actual, float_tol=suite.float_tol, unordered=suite.unordered)
+            ok = ok2 or ok
+    return ok, V.WRONG_ANSWER, why
+
+
+class _TooLong(float):
+    """An integer literal longer than any integer of the expected value: it cannot be equal to one."""
+
+    def __new__(cls):
+        return super().__new__(cls, "nan")
+
+    def __repr__(self):
+        return "<integer longer than expected>"
+
+
+def _max_int_digits(v, depth: int = 0) -> int:
+    if isinstance(v, bool) or depth > 200:
+        return 0
+    if isinstance(v, int):
+        return v.bit_length() * 30103 // 100000 + 2
+    if isinstance(v, (list, tuple)):
+        return max((_max_int_digits(x, depth + 1) for x in v), default=0)
+    if isinstance(v, dict):
+        return max((_max_int_digits(x, depth + 1) for x in v.values()), default=0)
+    return 0
+
+
+def _parse_value(text, expected):
+    """``compare.parse_json_value`` with one guard: decimal-to-int conversion is quadratic in CPython, so
+    a returned (or forged) integer of megabytes of digits would stall the supervisor (the trainer's reward
+    thread) for minutes. An integer literal with more digits than any integer of the expected value
+    (at least 4300) cannot equal one and is decoded as NaN, which equals nothing."""
+    if not isinstance(text, str):
+        raise TypeError(f"value is {type(text).__name__}, not JSON text")
+    limit = max(4300, _max_int_digits(expected) + 2)
+    return json.loads(text, parse_int=lambda t: big_int(t) if len(t) <= limit else _TooLong())
+
+
+def output_cap(expected, output_limit: int) -> int:
+    """Output cap of a test: ``output_limit``, or twice the expected size when that is larger, rounded up
+    to a power of two (the cap is visible to the program: it must not reveal the expected length)."""
+    size = len(expected.encode()) if isinstance(expected, str) else _json_size(expected)
+    need = 2 * size + 1024
+    return output_limit if need <= output_limit else 1 << (need - 1).bit_length()
+
+
+BIG_INT_KEY = "__mc_bigint__"
+_BIG = 10**4000
+
+
+def encode_big_ints(v):
+    """Replace integers too long for ``json.dumps`` under Python's int-digit limit by ``{BIG_INT_KEY: hex}``
+    (the worker, which runs without the limit, turns them back into ints)."""
+    if isinstance(v, int) and not isinstance(v, bool):
+        return {BIG_INT_KEY: hex(v)} if abs(v) >= _BIG else v
+    if isinstance(v, list):
+        return [encode_big_ints(x) for x in v]
+    if isinstance(v, dict):
+        return {k: encode_big_ints(x) for k, x in v.items()}
+    return v
+
+
+def _json_size(v) -> int:
+    """Approximate JSON size of a value in bytes, without converting big ints to decimal."""
+    if isinstance(v, int) and not isinstance(v, bool):
+        return v.bit_length() * 10 // 33 + 2
+    if isinstance(v, (list, tuple)):
+        return 2 + sum(_json_size(x) + 1 for x in v)
+    if isinstance(v, dict):
+        return 2 + sum(len(str(k)) + 4 + _json_size(x) for k, x in v.items())
+    return len(str(v)) + 2
+
+
+__all__ = ["BIG_INT_KEY", "MiB", "encode_big_ints", "judge", "output_cap"]
