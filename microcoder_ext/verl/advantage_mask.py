@@ -8,6 +8,10 @@ session's *final* trajectory (highest index) and broadcasts that advantage to th
 (``verl/trainer/ppo/v1/utils.py:compute_advantage_for_multi_trajectories``); the mask follows the same rule:
 decided on the final row, applied to every row of the session. Rows tagged ``is_padding`` (added by batch
 balancing) are never masked and not counted in the metrics.
+
+Verdicts: :func:`reward_infos_from_rows` reads them from ``extra_fields["reward_extra_info"]`` (reward computed
+in the agent loop, verl's default) or from the top-level field ``verdict_key`` (colocated reward model); the
+top-level field wins where both exist.
 """
 
 from __future__ import annotations
@@ -30,6 +34,60 @@ def session_of(key: str) -> tuple[str, int]:
     if not sep or not head or not index.lstrip("-").isdigit():
         raise ValueError(f"unexpected TransferQueue key {key!r}; expected '{{uid}}_{{session_id}}_{{index}}'")
     return head, int(index)
+
+
+def _plain(value: Any) -> Any:
+    """numpy scalars (``np.str_`` from verl's stacked arrays) -> Python objects; bytes -> str."""
+    if isinstance(value, bytes):
+        return value.decode()
+    item = getattr(value, "item", None)
+    if callable(item) and getattr(value, "ndim", None) == 0:
+        return item()
+    return value
+
+
+def reward_infos_from_rows(
+    extra_fields: Sequence[Mapping[str, Any] | None],
+    top_level: Sequence[Any] | None,
+    verdict_key: str,
+) -> list[dict[str, Any] | None]:
+    """The reward's extra info per row, from either place verl 0.9.1 stores it in TransferQueue.
+
+    * ``extra_fields[i]["reward_extra_info"]``: the reward computed in the agent loop while rolling out
+      (verl's default, also with ``reward_model.enable_resource_pool=True``;
+      ``verl/experimental/agent_loop/agent_loop.py:1026-1028``, ``verl/trainer/ppo/v1/agent_loop_tq.py:160-227``).
+    * the top-level field named ``verdict_key``: with a colocated reward model (``reward.reward_model.enable=True``
+      without ``enable_resource_pool``) verl scores after sampling and writes one top-level field per
+      extra-info key (``verl/trainer/ppo/v1/trainer_base.py:1572-1579``, ``PPOTrainer._compute_reward_colocate``).
+
+    Precedence, per row: a non-null top-level value wins (the colocated step also wrote the ``rm_scores`` the
+    advantage is computed from); otherwise the ``reward_extra_info`` value; otherwise the verdict is missing and
+    ``microcoder.mask.missing_verdict`` applies. Numpy scalars (verl stacks the values with ``np.array``) become
+    Python values.
+
+    Args:
+        extra_fields: the TQ field ``extra_fields`` per row (None where absent).
+        top_level: the TQ field ``verdict_key`` per row, or None when no row has it.
+        verdict_key: ``microcoder.mask.verdict_key``.
+
+    Returns:
+        one dict (or None: no extra info at all) per row, holding the verdict under ``verdict_key``.
+    """
+    n = len(extra_fields)
+    if top_level is not None and len(top_level) != n:
+        raise ValueError(f"{len(top_level)} top-level '{verdict_key}' values for {n} rows")
+    infos: list[dict[str, Any] | None] = []
+    for i, extra in enumerate(extra_fields):
+        nested = extra.get("reward_extra_info") if isinstance(extra, Mapping) else None
+        info = dict(nested) if isinstance(nested, Mapping) else None
+        value = _plain(top_level[i]) if top_level is not None else None
+        if value is not None:
+            info = info if info is not None else {}
+            info[verdict_key] = value
+        elif info is not None and info.get(verdict_key) is not None:
+            info[verdict_key] = _plain(info[verdict_key])
+        infos.append(info)
+    return infos
 
 
 def resolve_verdicts(
@@ -100,7 +158,7 @@ def compute_row_mask(
         keys: TransferQueue keys, one per row.
         is_padding: True for balancing padding rows.
         responses: 1-D token-id tensors (unpadded), one per row.
-        reward_infos: the reward function's extra-info dict per row (``extra_fields["reward_extra_info"]``).
+        reward_infos: the reward function's extra-info dict per row (:func:`reward_infos_from_rows`).
         scores: scalar reward per row (used only by ``missing_verdict=score``).
         max_response_length: ``actor_rollout_ref.rollout.response_length`` in tokens.
         cfg: validated mask settings.

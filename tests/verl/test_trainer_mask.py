@@ -3,6 +3,7 @@
 Rows are written to TransferQueue with the fields ``AgentLoopWorkerTQ`` writes (uid, jagged responses /
 response_mask / rm_scores, ``extra_fields["reward_extra_info"]``); the trainers are built with their real
 constructors from verl's real Hydra config. The plain ``sync`` trainer on a copy of the data is the reference.
+``local_tq`` (Ray + TransferQueue) comes from ``conftest.py``; ``test_verdict_path.py`` has verl write the rows.
 """
 
 import uuid
@@ -10,26 +11,13 @@ import uuid
 import pytest
 import torch
 from hydra import compose, initialize_config_module
-from omegaconf import OmegaConf
 
 pytestmark = [pytest.mark.verl, pytest.mark.slow]
 
-ray = pytest.importorskip("ray")
 tq = pytest.importorskip("transfer_queue")
 
 L = 8  # rollout.response_length in these tests
 M = 2  # microcoder.mask.m
-
-
-@pytest.fixture(scope="module")
-def local_tq():
-    # 2-vCPU CI: TQ's controller + storage actors need more logical CPUs than Ray detects, and one
-    # storage unit is enough (a bare tq.init() hangs on small machines, see the verl notes §10)
-    ray.init(num_cpus=4, include_dashboard=False, object_store_memory=256 * 1024**2, log_to_driver=False)
-    tq.init(OmegaConf.create({"backend": {"SimpleStorage": {"num_data_storage_units": 1}}}))
-    yield
-    tq.close()
-    ray.shutdown()
 
 
 def _config(*overrides):
@@ -190,17 +178,22 @@ def test_padding_rows_are_never_masked_nor_counted(local_tq):
     assert metrics["microcoder/masked_frac"] == pytest.approx(3 / 11)
 
 
-def test_missing_and_unknown_verdicts_never_crash(local_tq):
+def test_missing_and_unknown_verdicts_never_crash(local_tq, caplog):
     mc, _ = _trainers()
     rows = _rows()
     rows[0] = (rows[0][0], NOLOOP, 1.0, {"score": 1.0})  # no verdict: score >= 1 -> correct -> masked
     rows[2] = (rows[2][0], NOLOOP, 0.0, {"score": 0.0})  # no verdict: score 0 -> wrong_answer -> kept
     rows[8] = (rows[8][0], NOLOOP, 1.0, {"score": 1.0, "verdict": "incorrect"})  # outside vocabulary -> kept
-    adv, _, metrics = _run(mc, rows)
+    with caplog.at_level("WARNING", logger="microcoder_ext.verl.trainer"):
+        adv, _, metrics = _run(mc, rows)
+        _run(mc, rows, step=2)
     zeroed = [i for i, a in enumerate(adv) if torch.all(a == 0)]
     assert zeroed == [0, 9]
     assert metrics["microcoder/verdict_missing_frac"] == pytest.approx(2 / 12)
     assert metrics["microcoder/verdict_unknown_frac"] == pytest.approx(1 / 12)
+    # the score fallback is never silent: a WARNING naming both places the verdict was looked for, once
+    warned = [r.getMessage() for r in caplog.records if "have no 'verdict'" in r.getMessage()]
+    assert len(warned) == 1 and "extra_fields['reward_extra_info']" in warned[0], warned
 
     strict, _ = _trainers("++microcoder.mask.missing_verdict=error")
     with pytest.raises(RuntimeError, match="missing_verdict"):
