@@ -250,8 +250,13 @@ def t_extra_line(out):
     return (out if out.endswith("\n") or not out else out + "\n") + "0\n"
 
 
-def t_last_off(out):  # used by "wrong only on the last test": off by one if numeric, else an extra line
-    new = t_off_by_one(out)
+def t_last_off(out):  # "wrong only on the last test" / "every test": first number off (out of any 1e-6
+    # tolerance: +1, or +0.1 % of a large decimal), else an extra line
+    def off(t):
+        if _MC_INT.match(t):
+            return str(int(t) + 1)
+        return _mc_num_plus(t, max(1.0, abs(float(t)) * 1e-3))
+    new = _mc_sub_first(out, lambda t: bool(_MC_INT.match(t) or _MC_DEC.match(t)), off)
     return new if new != out else t_extra_line(out)
 
 
@@ -296,16 +301,41 @@ def v_wrong_case(r):
     return r.swapcase() if isinstance(r, str) and r.swapcase() != r else r
 
 
-def v_last_off(r):  # used by "wrong only on the last test": always a different value
+def v_last_off(r):  # "wrong only on the last test" / "every test": always a different value (a float moves
+    # out of any 1e-6 tolerance; inf/nan do not move: callers check)
     if isinstance(r, bool):
         return not r
-    if isinstance(r, (int, float)):
+    if isinstance(r, int):
         return r + 1
+    if isinstance(r, float):
+        return r + max(1.0, abs(r) * 1e-3)
     if isinstance(r, str):
         return r + "x"
     if isinstance(r, (list, tuple)):
         return list(r) + [0]
     return [r]
+
+
+def _mc_node_list(o):  # ListNode/TreeNode -> its LeetCode list (linked: values; tree: level order, trailing nulls
+    # trimmed); anything else: str (used as json.dumps default for the "last test" key of node arguments)
+    if hasattr(o, "val") and hasattr(o, "next"):
+        out = []
+        while o is not None and len(out) <= 10 ** 6:
+            out.append(o.val)
+            o = o.next
+        return out
+    if hasattr(o, "val") and hasattr(o, "left") and hasattr(o, "right"):
+        out, queue = [], [o]
+        for node in queue:
+            if node is None:
+                out.append(None)
+                continue
+            out.append(node.val)
+            queue.extend((node.left, node.right))
+        while out and out[-1] is None:
+            out.pop()
+        return out
+    return str(o)
 '''
 _T: dict = {}
 exec(compile(TRANSFORMS_SRC, "<transforms>", "exec"), _T)
@@ -359,8 +389,8 @@ _STDOUT_FN = {"print_star": "t_print_star", "trailing_spaces": "t_trailing_space
               "float_long": "t_float_long", "off_by_one": "t_off_by_one", "float_off": "t_float_off",
               "big_int_off": "t_big_int_off", "bool_for_int": "t_bool_for_int", "wrong_case": "t_wrong_case",
               "swap_lines": "t_swap_lines", "truncate": "t_truncate", "extra_line": "t_extra_line",
-              "nbsp": "t_nbsp"}
-_VALUE_FN = {"tuple": "v_tuple", "float_eps": "v_float_eps", "off_by_one": "v_off_by_one",
+              "nbsp": "t_nbsp", "every_test": "t_last_off"}
+_VALUE_FN = {"every_test": "v_last_off", "tuple": "v_tuple", "float_eps": "v_float_eps", "off_by_one": "v_off_by_one",
              "big_int_off": "v_big_int_off", "bool_for_int": "v_bool_for_int", "truncate": "v_truncate",
              "extra": "v_extra", "wrong_case": "v_wrong_case"}
 
@@ -450,20 +480,31 @@ def canon(v) -> str:
     return json.dumps(norm(v), sort_keys=True)
 
 
-def call_program(code: str, fn: str, kind: str, last_args: list | None = None) -> str:
+def call_key(args: list) -> str:
+    """The key ``call_program`` gives a call's positional-then-keyword argument values (ListNode/TreeNode
+    arguments as their LeetCode lists): pass ``node_args_canonical`` values for node arguments."""
+    return json.dumps(args, sort_keys=True, default=_T["_mc_node_list"])
+
+
+def call_program(code: str, fn: str, kind: str, last_args: list | None = None, *,
+                 return_type: str | None = None) -> str:
     """The reference ``code`` (defining ``class Solution``) with ``Solution.<fn>`` wrapped as ``kind`` says; only
-    the outermost call is changed (recursive methods call themselves)."""
+    the outermost call is changed (recursive methods call themselves). ``last_test``: wrong only when the
+    argument values equal ``last_args`` (see ``call_key``); ``every_test``: wrong on every call. A method returning
+    a ``ListNode``/``TreeNode`` (``return_type``) is made wrong by one more node in front (a new head, or a new
+    root whose left child is the old root): always a different list or tree."""
     if kind == "reference":
         return code
     vfn = _VALUE_FN.get(kind, "v_identity")
-    post = f"r = {vfn}(r)"
+    wrong = f"{return_type}(0, r)" if return_type in ("ListNode", "TreeNode") else "v_last_off(r)"
+    post = f"r = {wrong}" if kind == "every_test" else f"r = {vfn}(r)"
     if kind == "last_test":
-        post = f"if key == {json.dumps(last_args, sort_keys=True, default=str)!r}:\n            r = v_last_off(r)"
+        post = f"if key == {call_key(last_args)!r}:\n            r = {wrong}"
     debug = "print('debug:', a, k)\n        " if kind == "debug_print" else ""
     return (f"{code}\n\nimport json as _mc_json\n{TRANSFORMS_SRC}\n"
             f"_mc_orig = Solution.{fn}\n_mc_depth = [0]\n\n\n"
             "def _mc_outer(self, *a, **k):\n"
-            "    key = _mc_json.dumps(list(a) + list(k.values()), sort_keys=True, default=str) "
+            "    key = _mc_json.dumps(list(a) + list(k.values()), sort_keys=True, default=_mc_node_list) "
             "if _mc_depth[0] == 0 else None  # before the call: methods may modify their arguments\n"
             "    _mc_depth[0] += 1\n"
             "    try:\n"
@@ -572,3 +613,211 @@ def flipped_mutant(src: str, is_wrong) -> str | None:
         if is_wrong(cand) is True:
             return cand
     return None
+
+
+# --- every LeetCode problem in every ground-truth encoding (tests/reward/test_accuracy_formats.py) ---------------
+#: encoding -> its variants (a problem uses ``variants[index % len(variants)]``, so each variant covers a share)
+ENCODINGS = {
+    "ours": ("kwargs",),  # keyword-argument dicts, setup_code, arg_types/return_type (ListNode/TreeNode)
+    "prime": ("json-strings",),  # verl prime_code: newline-joined JSON arguments, JSON-text outputs
+    "apps": ("wrapped", "plain"),  # APPS/TACO native: argument lists; outputs as [result] (APPS) or the value
+    "lcb": ("extra_info.fn_name", "extra_info.metadata", "wrapper.metadata"),  # LiveCodeBench functional
+    "rllm": ("metadata.func_name",),  # rLLM/DeepCoder: LCB tests with fn_name in each test's metadata
+    "stdin": ("codecontests", "lcb", "verl-dict"),  # a stdin driver around the reference; three test shapes
+}
+#: encodings that can carry ListNode/TreeNode arguments or results (the others leave those problems out)
+NODE_ENCODINGS = ("ours", "stdin")
+
+#: value -> stdout text for the stdin encoding, shared by the driver (in the sandbox) and the expected outputs
+#: (built here from the dataset's expected values): one line of whitespace-separated tokens, brackets and braces
+#: as tokens of their own, ``null``/``true``/``false``, ints exact, floats as ``repr`` (so the judge's float
+#: tolerance applies to float leaves), strings as JSON with spaces escaped (``\u0020``: a token never holds a
+#: blank), dict keys sorted.
+FORMAT_SRC = r'''
+import json as _mc_fmt_json
+
+
+def _mc_fmt(v):
+    out = []
+
+    def rec(x):
+        if x is None:
+            out.append("null")
+        elif x is True or x is False:
+            out.append("true" if x else "false")
+        elif isinstance(x, int):
+            out.append(str(x))
+        elif isinstance(x, float):
+            out.append(repr(x))
+        elif isinstance(x, str):
+            out.append(_mc_fmt_json.dumps(x).replace(" ", "\\u0020"))
+        elif isinstance(x, (list, tuple)):
+            out.append("[")
+            for y in x:
+                rec(y)
+            out.append("]")
+        elif isinstance(x, dict):
+            out.append("{")
+            for k in sorted(x, key=str):
+                rec(str(k))
+                rec(x[k])
+            out.append("}")
+        else:
+            out.append("<" + type(x).__name__ + ">")
+
+    rec(v)
+    return " ".join(out) + "\n"
+'''
+exec(compile(FORMAT_SRC, "<format>", "exec"), _T)
+
+#: builds a ListNode/TreeNode argument from its LeetCode list (the classes of the problem's prompt), as the
+#: sandbox's call driver does
+BUILD_SRC = r'''
+def _mc_build(v, kind):
+    if kind == "ListNode":
+        head = None
+        for x in reversed(v or []):
+            head = ListNode(x, head)
+        return head
+    if kind == "TreeNode":
+        if not v or v[0] is None:
+            return None
+        root = TreeNode(v[0])
+        queue, i = [root], 1
+        for node in queue:
+            if i >= len(v):
+                break
+            for side in ("left", "right"):
+                if i < len(v) and v[i] is not None:
+                    child = TreeNode(v[i])
+                    setattr(node, side, child)
+                    queue.append(child)
+                i += 1
+        return root
+    return v
+'''
+_NODE_LIST_SRC = "def _mc_node_list" + TRANSFORMS_SRC.split("def _mc_node_list", 1)[1]
+_NODE_CLASSES = ("class ListNode:\n    def __init__(self, val=0, next=None):\n        self.val, self.next = val, next\n\n\n"
+                 "class TreeNode:\n    def __init__(self, val=0, left=None, right=None):\n"
+                 "        self.val, self.left, self.right = val, left, right\n")
+_NODES: dict = {}
+exec(compile(_NODE_CLASSES + BUILD_SRC + _NODE_LIST_SRC, "<nodes>", "exec"), _NODES)
+
+_STDIN_MAIN = r'''
+
+def _mc_main():
+    args = [_mc_fmt_json.loads(line) for line in _mc_sys.stdin.read().split("\n") if line.strip()]
+    types = {types!r}
+    args = [_mc_build(a, types.get(i)) for i, a in enumerate(args)]
+    r = Solution().{fn}(*args){node_result}
+    _mc_sys.stdout.write(_mc_fmt(r))
+
+
+_mc_main()
+'''
+
+
+def leetcode_all(path: Path = LEETCODE) -> tuple[list[dict], dict]:
+    """Every LeetCodeDataset problem that ``leetcode.ground_truth_from_row`` converts, sorted by id: ``id, prompt,
+    completion, code`` (prompt + completion), ``fn, kwargs`` (one dict per test, in the order of the input text,
+    which is the signature order), ``outputs, arg_types, return_type, unordered, ours`` (the ground-truth dict).
+    Second value: rows left out, by reason (``conversion``)."""
+    from microcoder_ext.reward.leetcode import ConversionError, ground_truth_from_row
+
+    out, left_out = [], {"conversion": 0}
+    with gzip.open(require(path), "rt") as f:
+        for line in f:
+            row = json.loads(line)
+            try:
+                gt = ground_truth_from_row(row)
+            except ConversionError:
+                left_out["conversion"] += 1
+                continue
+            unordered = row["task_id"] in ANY_ORDER
+            if unordered:
+                gt["unordered"] = True
+            out.append({"id": row["task_id"], "prompt": row["prompt"], "completion": row["completion"],
+                        "code": row["prompt"] + "\n" + row["completion"], "fn": gt["fn_name"], "kwargs": gt["inputs"],
+                        "outputs": gt["outputs"], "arg_types": gt.get("arg_types") or {},
+                        "return_type": gt.get("return_type"), "unordered": unordered, "ours": gt})
+    out.sort(key=lambda p: p["id"])
+    return out, left_out
+
+
+def has_nodes(p: dict) -> bool:
+    return bool(p["arg_types"] or p["return_type"])
+
+
+def positional_types(p: dict) -> dict:
+    """``{position: "ListNode"|"TreeNode"}`` for the node arguments (keyword order = signature order)."""
+    names = list(p["kwargs"][0]) if p["kwargs"] else []
+    return {i: p["arg_types"][n] for i, n in enumerate(names) if n in p["arg_types"]}
+
+
+def node_args_canonical(p: dict, i: int) -> list:
+    """Test ``i``'s argument values as ``call_program`` keys them: ListNode/TreeNode arguments built and read back
+    (a level-order list loses trailing nulls and the children of null nodes)."""
+    types = positional_types(p)
+    out = []
+    for k, v in enumerate(p["kwargs"][i].values()):
+        if k in types:
+            node = _NODES["_mc_build"](v, types[k])
+            v = None if node is None else _NODES["_mc_node_list"](node)  # an empty list or tree is None
+        out.append(v)
+    return out
+
+
+def stdin_input(p: dict, i: int) -> str:
+    return "".join(json.dumps(v) + "\n" for v in p["kwargs"][i].values())
+
+
+def stdin_expected(p: dict, i: int) -> str:
+    return _T["_mc_fmt"](p["outputs"][i])
+
+
+def stdin_driver(p: dict) -> str:
+    """The reference as a stdin program: prompt + completion + a driver that reads one JSON argument per line,
+    builds ListNode/TreeNode arguments, calls the method and prints ``_mc_fmt`` of the result."""
+    node_result = "\n    r = _mc_node_list(r) if r is not None else []" if p["return_type"] else ""
+    return (p["code"] + "\n\n# --- stdin driver ---\nimport sys as _mc_sys\n" + FORMAT_SRC + BUILD_SRC + _NODE_LIST_SRC
+            + _STDIN_MAIN.format(fn=p["fn"], types=positional_types(p), node_result=node_result))
+
+
+def encode(p: dict, encoding: str, variant: str) -> dict:
+    """Problem ``p`` in one encoding: ``{"gt": JSON text, "extra_info": dict or None, "code": the reference program
+    for that encoding}``. Foreign encodings carry no options: the program brings its own imports (the prompt)."""
+    n = range(len(p["kwargs"]))
+    lines = [stdin_input(p, i).rstrip("\n") for i in n]  # JSON-lines arguments (verl/PRIME, LCB, rLLM)
+    extra = None
+    if encoding == "ours":
+        return {"gt": json.dumps(p["ours"]), "extra_info": None, "code": p["completion"]}
+    if encoding == "stdin":
+        tests = [(stdin_input(p, i), stdin_expected(p, i)) for i in n]
+        if variant == "codecontests":
+            gt = [{"input": {"stdin": a}, "output": {"stdout": e}} for a, e in tests]
+        elif variant == "lcb":
+            gt = [{"input": a, "output": e, "testtype": "stdin"} for a, e in tests]
+        else:
+            gt = {"inputs": [a for a, _ in tests], "outputs": [e for _, e in tests]}
+        return {"gt": json.dumps(gt), "extra_info": None, "code": stdin_driver(p)}
+    if encoding == "prime":
+        gt = {"fn_name": p["fn"], "inputs": lines, "outputs": [json.dumps(o) for o in p["outputs"]]}
+    elif encoding == "apps":
+        wrap = variant == "wrapped"
+        gt = {"fn_name": p["fn"], "inputs": [list(kw.values()) for kw in p["kwargs"]],
+              "outputs": [[o] if wrap else o for o in p["outputs"]]}
+    elif encoding in ("lcb", "rllm"):
+        gt = [{"input": a, "output": json.dumps(o), "testtype": "functional"} for a, o in zip(lines, p["outputs"])]
+        meta = json.dumps({"func_name": p["fn"]})
+        if encoding == "rllm":
+            for t in gt:
+                t["metadata"] = {"func_name": p["fn"]}
+        elif variant == "extra_info.fn_name":
+            extra = {"fn_name": p["fn"], "index": 0}
+        elif variant == "extra_info.metadata":
+            extra = {"metadata": meta, "question_id": p["id"]}
+        else:
+            gt = {"tests": gt, "metadata": meta}
+    else:
+        raise ValueError(f"unknown encoding {encoding!r}")
+    return {"gt": json.dumps(gt), "extra_info": extra, "code": p["code"]}

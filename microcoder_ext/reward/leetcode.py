@@ -4,20 +4,32 @@ Row fields used: ``entry_point`` (``Solution().twoSum``), ``input_output`` (``{"
 = 9", "output": "[0,1]"}``: Python-style keyword arguments with ``null/true/false`` allowed, LeetCode JSON
 outputs), ``prompt`` (import header + ListNode/TreeNode helpers, becomes ``setup_code``) and ``completion``
 (its method signature gives which arguments/return values are ``ListNode``/``TreeNode``).
+
+LeetCode's Python 3 judge also provides third-party modules that solutions (and LeetCodeDataset references)
+import: ``JUDGE_MODULES`` (dependencies of this package, importable inside the sandbox).
 """
 
 from __future__ import annotations
 
 import ast
+import importlib.util
 import json
 
 from .compare import big_int
+
+#: third-party modules of LeetCode's Python 3 judge that solutions import (package dependencies)
+JUDGE_MODULES = ("sortedcontainers",)
 
 _NAMES = {"null": None, "None": None, "true": True, "True": True, "false": False, "False": False}
 
 
 class ConversionError(ValueError):
     pass
+
+
+def missing_judge_modules() -> list[str]:
+    """The ``JUDGE_MODULES`` this interpreter cannot import (should be none: they are dependencies)."""
+    return [m for m in JUDGE_MODULES if importlib.util.find_spec(m) is None]
 
 
 def _literal(node: ast.AST):
