@@ -601,6 +601,7 @@ class Worker:
                 if record_bytes > caps[current] + 4096:
                     over_cap = True
                     break
+                batch = []  # the results of this chunk go out in one write
                 while (nl := buf.find(b"\n")) >= 0 and current < n and not announced_exit:
                     line = bytes(buf[:nl])
                     del buf[: nl + 1]
@@ -627,7 +628,7 @@ class Worker:
                     else:
                         res.update(status=s, value=rec.get("v"), error=rec.get("e"))
                         announced_exit = s in ("memory", "compile_error")
-                    self.send(res)
+                    batch.append(protocol.encode(res))
                     current += 1
                     record_bytes = len(buf)
                     t0, deadline = now, now + wall
@@ -637,6 +638,8 @@ class Worker:
                             os.write(kid["ctl"], b"n")
                         except OSError:
                             pass  # the child is gone: seen below as its exit
+                if batch:
+                    protocol.write_all(self.out, b"".join(batch))
             if self.cmd.fd in ready:
                 if self.cmd.read(timeout=1.0).get("op") == "stop":
                     stopped = True
