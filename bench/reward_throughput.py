@@ -13,7 +13,9 @@ its problem's tests, the same code and tests for both evaluators):
 Each workload runs twice: all-correct (reference solutions) and mixed (every other completion is the reference
 wrapped to be wrong ONLY on its LAST test).
 
-Evaluators: microcoder (``microcoder_ext.reward``, default engine, workers = cores); verl prime_code as verl runs it
+Evaluators: microcoder (``microcoder_ext.reward``, default engine, workers = cores); bare in-process (LeetCode only:
+the same solution compiled, exec'd and called in this process with no sandbox and no process at all, results compared
+by the same comparison: the floor any evaluator has, printed as "floor" slowdown); verl prime_code as verl runs it
 by default (``default_compute_score`` -> ``prime_code.compute_score(continuous=True)``: one process for all tests,
 on a failure a re-run of only the FIRST 10 tests one by one; pass = score 1.0); prime_code strict
 (``continuous=False``: the first all-tests run only; verl 0.9.1 raises UnboundLocalError on failures, counted as 0).
@@ -44,6 +46,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import reward_data as rd  # noqa: E402
 
+BARE = "bare in-process (no sandbox)"
 CC_SEVERAL_ANSWERS = ("1025_B", "1090_C", "1214_H")  # need a checker; prime_code cannot judge other valid answers
 
 
@@ -178,6 +181,7 @@ def main() -> int:
     from verl.utils.reward_score import prime_code
 
     from microcoder_ext.reward import Engine, EngineConfig, evaluate_response
+    from microcoder_ext.reward.compare import compare_values
 
     try:
         lc = rd.leetcode_problems(limit=max(args.leetcode, args.cycled))
@@ -214,6 +218,15 @@ def main() -> int:
             infra.append(f"{it['id']}: {r.detail[:200]}")
         return r.score == 1.0
 
+    def bare_in_process(it):
+        """The floor: the same solution run in this process, no sandbox, no process, no pipe: compile, exec,
+        one call per test, results compared with the same comparison as ours (unsafe: reference only)."""
+        g = {"__name__": "__main__"}
+        exec(compile(it["code"], "solution.py", "exec"), g)
+        truth = json.loads(it["ours"])
+        fn = getattr(g["Solution"](), truth["fn_name"])
+        return all(compare_values(exp, fn(**kw))[0] for kw, exp in zip(truth["inputs"], truth["outputs"]))
+
     def prime_default(it):
         res, _ = prime_code.compute_score(f"```python\n{it['code']}\n```", it["prime"], continuous=True)
         return float(res) == 1.0
@@ -231,7 +244,8 @@ def main() -> int:
     rows = []
     for wl, correct, mutants in workloads:
         for mode, items in (("all-correct", correct), ("mixed: half wrong on LAST test", mixed(correct, mutants))):
-            for ev, fn in evaluators:
+            extra = [(BARE, bare_in_process)] if wl.startswith("leetcode") else []
+            for ev, fn in evaluators + extra:
                 with rd.quiet_stdout():  # prime_code prints errors to stdout
                     r = measure(fn, items)
                 r.update(workload=wl, mode=mode, evaluator=ev)
@@ -253,8 +267,16 @@ def main() -> int:
             sel = {r["evaluator"]: r for r in rows if r["workload"] == wl and r["mode"] == mode}
             ours_r = sel["microcoder"]
             parts = [f"vs {ev.split(' ', 1)[1]}: {ours_r['completions_s'] / r['completions_s']:.2f}x "
-                     f"(p50 {r['p50_ms'] / ours_r['p50_ms']:.1f}x)" for ev, r in sel.items() if ev != "microcoder"]
+                     f"(p50 {r['p50_ms'] / ours_r['p50_ms']:.1f}x)" for ev, r in sel.items()
+                     if ev not in ("microcoder", BARE)]
             print(f"  {wl:<36}{mode:<32}" + "; ".join(parts))
+    print("\nfloor: microcoder time / bare in-process time (same completions; 1.0 = no overhead at all):")
+    for wl, _, _ in workloads:
+        for mode in ("all-correct", "mixed: half wrong on LAST test"):
+            sel = {r["evaluator"]: r for r in rows if r["workload"] == wl and r["mode"] == mode}
+            if BARE in sel:
+                print(f"  {wl:<36}{mode:<32}{sel['microcoder']['total_s'] / sel[BARE]['total_s']:.1f}x "
+                      f"(p50 {sel['microcoder']['p50_ms']:.2f} ms vs {sel[BARE]['p50_ms']:.2f} ms)")
     print("(PSS MiB: peak of this process + descendants; child: descendants alone. Both evaluators share this "
           "process, which has imported verl.)")
     if args.json:

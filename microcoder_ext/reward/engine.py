@@ -385,7 +385,9 @@ class Engine:
                 else:
                     ok, verdict, detail = self.judge(suite.tests[i], msg, suite)
                 if ok:
-                    passed += 1
+                    # with stop_first, tests the worker ran before the stop reached it do not count: num_passed
+                    # is the run of passes before the first failure, whatever the timing
+                    passed += not (stop_first and first_fail is not None)
                 elif first_fail is None:
                     first_fail = (i, verdict, detail)
                 if not ok and not stop_sent and (stop_first or verdict in (V.COMPILE_ERROR, V.SANDBOX_ERROR)):

@@ -41,17 +41,20 @@ def _our_processes(marker: str, uid_lo: int, uid_hi: int):
 
 
 def _worker_leaders(marker: str):
-    """pids of sandbox workers (session leaders whose argv names our temp root; job processes share it)."""
+    """pids of sandbox workers: session leaders whose argv names our temp root and whose parent does not
+    (their job processes and sandboxed children, forked from them, share the argv; children lead sessions)."""
+    ours = {pid for pid, _uid, _cmdline in _our_processes(marker, -1, -1)}
     out = []
-    for pid, _uid, cmdline in _our_processes(marker, -1, -1):
+    for pid in ours:
         try:
             with open(f"/proc/{pid}/stat") as f:
-                sid = int(f.read().rsplit(")", 1)[1].split()[3])
+                fields = f.read().rsplit(")", 1)[1].split()
+            ppid, sid = int(fields[1]), int(fields[3])
         except (OSError, ValueError, IndexError):
             continue
-        if sid == pid:
+        if sid == pid and ppid not in ours:
             out.append(pid)
-    return out
+    return sorted(out)
 
 
 def _reward_compute_worker():

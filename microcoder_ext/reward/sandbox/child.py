@@ -3,10 +3,14 @@
 Status records go to fd 3 as ``<nonce> <json>\\n`` lines (the worker ignores lines without the nonce):
   any mode:   ``{"s": "setup_failed", "e": msg}`` when a sandbox layer could not be applied
               (infrastructure), else ``{"s": "ready"}`` once every layer is on, before the program runs;
-  stdin mode: ``{"s": "end", "r": "ok"|"exception"|"memory"|"compile_error", "e": msg}``
+  stdin mode: per test ``{"i": i, "s": "end", "r": "ok"|"exception"|"memory", "e": msg, "x": 0|1}`` (``x`` = 1:
+              this child exits instead of running the next test), or ``{"i": i, "s": "compile_error", "e": msg}``
   call mode:  per test ``{"i": i, "s": "ok", "v": <json text of the return value>}`` or
               ``{"i": i, "s": "exception"|"memory"|"unserialisable"|"compile_error", "e": msg}``
-The child never sees expected outputs: only the program, the inputs and its own nonce.
+The child never sees expected outputs: only the program, the inputs and its own nonce. One child runs every
+test of its job (stdin tests one after another in fresh namespaces, call-based tests as calls) until it
+crashes or must not be reused; the job process then forks a fresh one for the remaining tests. Tests of
+one job share a process, never tests of two jobs (two samples).
 
 Compiled-code cache: the first child of a job that compiles the program stores ``marshal.dumps`` of the code
 object in the job's ``code`` memfd (after every sandbox layer is on); later children of the same job load it
@@ -23,6 +27,7 @@ output it could have printed anyway, never ``setup_failed`` after ``ready``, nev
 
 from __future__ import annotations
 
+import atexit
 import builtins
 import fcntl
 import hashlib
@@ -72,26 +77,35 @@ def _remap(sources: list[int], keep=()) -> None:
     os.closerange(low, 0x7FFFFFFF)
 
 
-def setup(spec: dict, fds: dict, libc) -> None:
-    """Apply the layers (order matters: session, fds, cwd, rlimits, uid, pdeathsig, landlock, seccomp).
+#: descriptor layout of a sandboxed child (see :func:`prepare`)
+STDIN_FD, STDOUT_FD, STDERR_FD, RULESET_FD, CODE_MEMFD, CTL_FD = 0, 1, 2, 4, 5, 6
+BACKUP_FDS = (7, 8, 9)  # copies of the stdin/stdout/stderr memfds: a program may close or replace 0-2
 
-    Descriptors after setup: 0-2 stdio (memfds), 3 result pipe, 4 the landlock ruleset (closed once
-    applied), then the job's compiled-code memfd (``CODE_FD``, when given), and, at their worker-chosen numbers, the ``O_PATH`` descriptors of interpreter
-    directories the sandbox uid cannot reach (``sys.path`` already names them: see
-    ``worker.Worker.map_interpreter_dirs``); nothing else survives.
+
+def prepare(fds: dict, parent_pid: int, libc) -> None:
+    """Stage 1, before the job is known (a child can be forked ahead of its job): own session, the
+    descriptor layout, cwd, death with the job process. No program, input or limit is known yet.
+
+    Descriptors afterwards: 0-2 stdio (memfds), 3 result pipe, 4 the landlock ruleset (or /dev/null; closed
+    in stage 2), 5 the job's compiled-code memfd (``CODE_FD``), 6 the control pipe from the job process
+    (the job spec, then one byte per further stdin test), 7-9 copies of the stdio memfds, and, at their
+    worker-chosen numbers, the ``O_PATH`` descriptors of interpreter directories the sandbox uid cannot
+    reach (``sys.path`` already names them: see ``worker.Worker.map_interpreter_dirs``); nothing else.
     """
+    global CODE_FD
     os.setsid()
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the worker's clean-up handler is not the program's
-    ruleset = fds.get("ruleset")
-    sources = [fds["stdin"], fds["stdout"], fds["stderr"], fds["result"]]
-    if ruleset is not None:
-        sources.append(ruleset)
-    global CODE_FD
-    if fds.get("code") is not None:
-        sources.append(fds["code"])
-        CODE_FD = len(sources) - 1
+    atexit._clear()  # the worker's exit handlers are not the program's (run_stdin runs the program's own)
+    os.fchdir(fds["tmpdir_fd"])  # by descriptor: the job process may rename the dir when the job starts
+    sources = [fds["stdin"], fds["stdout"], fds["stderr"], fds["result"], fds["ruleset"], fds["code"], fds["ctl"],
+               fds["stdin"], fds["stdout"], fds["stderr"]]
     _remap(sources, keep=[fd for _real, fd in fds.get("paths") or ()])
-    os.chdir(spec["tmpdir"])
+    CODE_FD = CODE_MEMFD
+    limits.die_with_parent(libc, parent_pid)
+
+
+def enter(spec: dict, libc) -> None:
+    """Stage 2, once the job is known: rlimits, uid, landlock, seccomp, environment (in this order)."""
     lim = spec["limits"]
     limits.apply_rlimits(address_space_bytes=lim["memory_bytes"], cpu_seconds=lim["cpu_seconds"],
                          file_size_bytes=lim["file_size_bytes"], open_files=lim["open_files"],
@@ -101,16 +115,27 @@ def setup(spec: dict, fds: dict, libc) -> None:
         limits.drop_privileges(spec["uid"], spec["gid"], libc)
     elif os.geteuid() == 0:
         limits.drop_all_capabilities(libc)  # root without a uid drop (explicitly allowed): no capabilities
-    limits.die_with_parent(libc, spec["parent_pid"])
-    if ruleset is not None:
+    limits.die_with_parent(libc, spec["parent_pid"])  # again: the uid change cleared it
+    if spec.get("landlock"):
         libc.prctl(seccomp_bpf.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
-        _landlock.restrict_self(RESULT_FD + 1, libc)
-        os.close(RESULT_FD + 1)
+        _landlock.restrict_self(RULESET_FD, libc)
+    os.close(RULESET_FD)
     if layers.get("seccomp"):
         seccomp_bpf.install(seccomp_bpf.program_for(os.getpid()), libc)
     os.environ.clear()
     os.environ.update({"PATH": "/usr/bin:/bin", "HOME": spec["tmpdir"], "TMPDIR": spec["tmpdir"], "LANG": "C.UTF-8",
                        "PYTHONHASHSEED": "0", "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"})
+
+
+def read_spec(fd: int = CTL_FD) -> dict | None:
+    """The job spec, one JSON line written by the job process on the control pipe (None at EOF)."""
+    buf = bytearray()
+    while not buf.endswith(b"\n"):
+        chunk = os.read(fd, 1 << 20)
+        if not chunk:
+            return None
+        buf += chunk
+    return json.loads(buf)
 
 
 def mapped_path(p, mapping: dict):
@@ -192,18 +217,25 @@ def _finish(code: int) -> None:
     os._exit(code)
 
 
-def run(spec: dict, fds: dict, libc) -> None:
-    """Entry point in the forked child; never returns."""
-    nonce = spec["nonce"]
+def run(spec: dict | None, fds: dict, libc) -> None:
+    """Entry point in the forked child; never returns. ``spec`` None: a child forked ahead of its job,
+    which reads the spec from the control pipe after stage 1 (exits quietly at EOF: no job came)."""
+    nonce = spec["nonce"] if spec else None
     try:
-        setup(spec, fds, libc)
+        prepare(fds, fds["parent_pid"], libc)
+        if spec is None:
+            spec = read_spec()
+            if spec is None:
+                os._exit(0)
+            nonce = spec["nonce"]
+        enter(spec, libc)
         _fresh_stdio()
         sys.setrecursionlimit(spec.get("recursion_limit", 100000))
-        g = _main_namespace(spec["tmpdir"])
         _emit(nonce, {"s": "ready"})
     except BaseException as e:  # infrastructure: report, never run the program unsandboxed
         try:
-            _emit(nonce, {"s": "setup_failed", "e": f"{type(e).__name__}: {e}"[:MAX_ERR]})
+            if nonce is not None:
+                _emit(nonce, {"s": "setup_failed", "e": f"{type(e).__name__}: {e}"[:MAX_ERR]})
         finally:
             os._exit(120)
     # From here on the program runs in this process and can write anything to fd 3 (it can find the nonce
@@ -211,9 +243,9 @@ def run(spec: dict, fds: dict, libc) -> None:
     # turn its run into sandbox_error (which would mask the sample from the loss).
     try:
         if spec["mode"] == "stdin":
-            _run_stdin(spec, g, nonce)
+            _run_stdin(spec, nonce)
         else:
-            _run_calls(spec, g, nonce)
+            _run_calls(spec, _main_namespace(spec["tmpdir"]), nonce)
     except BaseException:
         pass
     os._exit(121)
@@ -300,42 +332,121 @@ def _store_code(code, digest, file_size_limit: int) -> None:
             pass
 
 
-def _run_stdin(spec: dict, g: dict, nonce: str) -> None:
-    code = _compile(spec, nonce, None)
-    status, err, rc = "ok", "", 0
+def _run_stdin(spec: dict, nonce: str) -> None:
+    """Run the program once per stdin test, tests ``start..`` in this process: the job process puts each
+    test's input in the stdin memfd and (from the second test on) sends one byte on the control pipe; every
+    run gets fresh stdio, a fresh ``__main__``, the builtins as they were, its own CPU budget, and ends
+    like an interpreter exit (non-daemon threads joined, ``atexit`` handlers run, streams flushed). After
+    each run one record ``{"i", "s": "end", "r", "e", "x"}``; ``x`` = 1 when this process will exit
+    instead of running the next test (a MemoryError, or state a later run must not inherit: a stdio
+    descriptor closed or replaced, a thread still running, a resource limit changed), so that the job
+    process starts a fresh child for the rest.
+    """
+    start, n = spec["start"], spec["n_tests"]
+    code = _compile(spec, nonce, start)
+    pristine = dict(vars(builtins))
+    fd_ids = [_fd_id(fd) for fd in BACKUP_FDS]
+    rlimits = _rlimits()
+    per_test_cpu = spec["limits"]["per_test_cpu_seconds"]
+    for i in range(start, n):
+        if i != start and os.read(CTL_FD, 1) != b"n":
+            os._exit(0)  # the job process is done with this child
+        for fd, backup in zip((STDIN_FD, STDOUT_FD, STDERR_FD), BACKUP_FDS):
+            os.dup2(backup, fd, inheritable=False)
+        _cpu_budget(per_test_cpu)
+        _fresh_stdio()
+        g = _main_namespace(spec["tmpdir"])
+        status, err = _run_main(code, g)
+        g.clear()  # breaks the namespace's reference cycles: the program's data goes now, not at the next GC
+        _restore_builtins(pristine)
+        keep = (status != "memory" and [_fd_id(fd) for fd in BACKUP_FDS] == fd_ids and _rlimits() == rlimits
+                and len(sys._current_frames()) == 1)
+        _emit(nonce, {"i": i, "s": "end", "r": status, "e": err, "x": 0 if keep else 1})
+        if not keep:
+            os._exit(0)
+    os._exit(0)
+
+
+def _run_main(code, g: dict) -> tuple[str, str]:
+    """Run the program as ``python solution.py`` would, up to its exit: (status, error text)."""
+    status, err = "ok", ""
     try:
         exec(code, g)
     except SystemExit as e:
         if e.code is None or e.code == 0:
             pass
         elif isinstance(e.code, int):
-            status, err, rc = "exception", f"SystemExit({e.code})", e.code & 0xFF or 1
+            status, err = "exception", f"SystemExit({e.code})"
         else:
             try:
                 print(e.code, file=sys.stderr)
             except BaseException:
                 pass
-            status, err, rc = "exception", f"SystemExit({str(e.code)[:200]!r})", 1
+            status, err = "exception", f"SystemExit({str(e.code)[:200]!r})"
     except MemoryError:
-        status, err, rc = "memory", "MemoryError", 1
+        status, err = "memory", "MemoryError"
     except BaseException:
-        status, err, rc = "exception", _exc_text(), 1
+        status, err = "exception", _exc_text()
         try:
             traceback.print_exc(limit=5)
         except BaseException:
             pass
     try:
         _flush()
-        threading._shutdown()
+        _join_threads()
+        atexit._run_exitfuncs()  # what the program registered (the worker's own were cleared in stage 1)
+        atexit._clear()
         _flush()
     except MemoryError:
-        status, err, rc = "memory", "MemoryError", 1
+        status, err = "memory", "MemoryError"
     except BaseException:
         pass
+    return status, err
+
+
+def _join_threads() -> None:
+    """Wait for the program's non-daemon threads, like an interpreter exit does."""
+    me = threading.current_thread()
+    for t in threading.enumerate():
+        if t is not me and not t.daemon:
+            t.join()
+
+
+def _cpu_budget(seconds: float) -> None:
+    """Soft RLIMIT_CPU = CPU time used so far + ``seconds`` (never above the hard limit)."""
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    hard = resource.getrlimit(resource.RLIMIT_CPU)[1]
+    soft = int(math.ceil(ru.ru_utime + ru.ru_stime + seconds))
+    if hard != resource.RLIM_INFINITY:
+        soft = min(soft, hard)
+    resource.setrlimit(resource.RLIMIT_CPU, (soft, hard))
+
+
+_CHECKED_RLIMITS = (resource.RLIMIT_AS, resource.RLIMIT_FSIZE, resource.RLIMIT_NOFILE, resource.RLIMIT_NPROC,
+                    resource.RLIMIT_STACK, resource.RLIMIT_CORE)
+
+
+def _rlimits() -> list:
+    return [resource.getrlimit(r) for r in _CHECKED_RLIMITS]
+
+
+def _fd_id(fd: int):
     try:
-        _emit(nonce, {"s": "end", "r": status, "e": err})
-    finally:
-        os._exit(rc)
+        st = os.fstat(fd)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+def _restore_builtins(pristine: dict, _current=vars(builtins), _list=list) -> None:
+    """Undo what a program did to ``builtins`` (``builtins.input = ...``), so the next run starts clean
+    (bound to the real dict and ``list`` at import: the program may have replaced ``builtins.vars``)."""
+    for k in _list(_current):
+        if k not in pristine:
+            del _current[k]
+    for k, v in pristine.items():
+        if _current.get(k) is not v:
+            _current[k] = v
 
 
 # --- call mode -----------------------------------------------------------------------------------------
@@ -438,18 +549,13 @@ def _run_calls(spec: dict, g: dict, nonce: str) -> None:
     if factory is None:
         _emit(nonce, {"i": start, "s": "exception", "e": f"NameError: no function or Solution method {fn_name!r}"})
         _finish(1)
-    cpu_hard = resource.getrlimit(resource.RLIMIT_CPU)[1]
     per_test_cpu = spec["limits"]["per_test_cpu_seconds"]
     for i in range(start, len(tests)):
         test = tests[i]
         try:
             args = [_convert_in(a, arg_types.get(str(k)), g) for k, a in enumerate(test.get("args", []))]
             kwargs = {k: _convert_in(v, arg_types.get(k), g) for k, v in (test.get("kwargs") or {}).items()}
-            ru = resource.getrusage(resource.RUSAGE_SELF)
-            soft = int(math.ceil(ru.ru_utime + ru.ru_stime + per_test_cpu))
-            if cpu_hard != resource.RLIM_INFINITY:
-                soft = min(soft, cpu_hard)
-            resource.setrlimit(resource.RLIMIT_CPU, (soft, cpu_hard))
+            _cpu_budget(per_test_cpu)
             value = factory()(*args, **kwargs)
         except MemoryError:
             _emit(nonce, {"i": i, "s": "memory", "e": "MemoryError"})

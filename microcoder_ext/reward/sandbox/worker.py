@@ -2,11 +2,18 @@
 modules, probes the sandbox layers, then serves jobs. It never sees expected outputs.
 
 Processes: the worker itself (W) never reads a job. For every job it forks a job process (J) that reads
-the job from the command pipe, forks one sandboxed child per stdin test (or one child for a whole
-call-based test list, restarted after a crash), answers, and exits. A sandboxed child is a copy of J's
-memory, so it could read anything J holds: with a fresh J per job that is only its own job (its code and
-inputs), never the code or inputs of an earlier job (another sample's, possibly correct, solution), which
-a long-lived worker would still have in freed heap memory.
+the job from the command pipe, runs every test of the job in one sandboxed child (stdin tests one after
+another, call-based tests as calls; a fresh child for the remaining tests when one crashes, times out or
+must not be reused), answers, and exits. A sandboxed child is a copy of J's memory, so it could read
+anything J holds: with a fresh J per job that is only its own job (its code and inputs), never the code or
+inputs of an earlier job (another sample's, possibly correct, solution), which a long-lived worker would
+still have in freed heap memory.
+
+Off the critical path: W forks the next J as soon as the current one starts, and a J, while it waits for
+its turn, makes its job's temp dir, landlock ruleset and memfds and forks its first child, which applies
+the job-independent part of the sandbox (session, descriptors, cwd, death with J) and then waits for the
+job's spec on a pipe; the job-dependent layers (rlimits, uid, landlock, seccomp) go on when the spec comes.
+A child forked ahead holds nothing of any job (J has read none yet).
 
 Protocol (JSON lines; supervisor -> worker on the Popen stdin, worker -> supervisor on its stdout):
   <- {"op": "hello", "pid", "layers": {...}, "fatal": str|None}           once at start
@@ -23,6 +30,7 @@ from __future__ import annotations
 
 import ctypes
 import fcntl
+import gc
 import json
 import math
 import os
@@ -49,6 +57,7 @@ EXIT_REQUESTED, EXIT_EOF, EXIT_CRASH = 3, 4, 70
 
 
 BASE_PREFIX = "microcoder-sbx-lk-"
+NEXT_PREFIX, JOB_PREFIX = "next-", "job-"  # a job dir made ahead of its job / in use by a job
 
 
 def make_base_dir(root: str) -> tuple[str, int]:
@@ -318,10 +327,13 @@ class Worker:
         pristine process) while the current one serves, and released as soon as the current one reports
         its job done, so neither fork nor exit is on the critical path between jobs."""
         finished: list[int] = []
+        # every object alive now (the pre-imported modules) goes to the permanent generation: the garbage
+        # collector of a forked job process or child never walks them, so it does not copy their pages
+        gc.freeze()
         nxt = self._fork_job_process()
         try:
             while True:
-                pid, go_w, status_r = nxt
+                pid, go_w, status_r, _next_tmp = nxt
                 os.write(go_w, b"g")
                 os.close(go_w)
                 nxt = self._fork_job_process()
@@ -337,7 +349,7 @@ class Worker:
                     _reap(finished, block=False)
                     continue
                 _, status = os.waitpid(pid, 0)
-                self._clean_base()  # J ended without finishing a job; the next J has not started yet
+                self._clean_base(keep=nxt[3])  # J ended without finishing its job (the next J's dir stays)
                 code = os.WEXITSTATUS(status) if os.WIFEXITED(status) else -1
                 if code in (EXIT_REQUESTED, EXIT_EOF):
                     return
@@ -347,7 +359,7 @@ class Worker:
                                "error": f"job process died ({why})"})
                     self.send({"op": "done", "cleanup": None})
         finally:
-            pid, go_w, status_r = nxt
+            pid, go_w, status_r, _next_tmp = nxt
             for fd in (go_w, status_r):
                 os.close(fd)
             try:
@@ -356,8 +368,10 @@ class Worker:
                 pass
             _reap(finished + [pid], block=True)
 
-    def _fork_job_process(self) -> tuple[int, int, int]:
-        """Fork a J that waits for W's go (one byte on a pipe), then serves one job."""
+    def _fork_job_process(self) -> tuple[int, int, int, str]:
+        """Fork a J that prepares its job (``prepare_job``, in a temp dir made here so that W knows its
+        name), waits for W's go (one byte on a pipe), then serves one job."""
+        tmp = tempfile.mkdtemp(prefix=NEXT_PREFIX, dir=self.base)
         go_r, go_w = os.pipe2(os.O_CLOEXEC)
         status_r, status_w = os.pipe2(os.O_CLOEXEC)
         parent = os.getpid()
@@ -370,25 +384,33 @@ class Worker:
                     os._exit(EXIT_EOF)
                 os.close(go_w)
                 os.close(status_r)
+                self.pid = os.getpid()
+                try:
+                    prep = self.prepare_job(tmp)
+                except Exception:  # e.g. no space for the temp dir: run_job tries again and reports
+                    prep = None
                 go = os.read(go_r, 1)
                 os.close(go_r)
-                code = self._job_process(status_w) if go == b"g" else EXIT_EOF
+                code = self._job_process(status_w, prep) if go == b"g" else EXIT_EOF
             finally:
                 os._exit(code)
         os.close(go_r)
         os.close(status_w)
-        return pid, go_w, status_r
+        return pid, go_w, status_r, tmp
 
-    def _clean_base(self) -> None:
+    def _clean_base(self, keep: str | None = None) -> None:
         try:
             names = os.listdir(self.base)
         except OSError:
             return
         for name in names:
-            shutil.rmtree(os.path.join(self.base, name), ignore_errors=True)
+            path = os.path.join(self.base, name)
+            if path != keep:
+                shutil.rmtree(path, ignore_errors=True)
 
-    def _job_process(self, status_w: int) -> int:
-        """J: read messages until one job has been served; returns the exit code."""
+    def _job_process(self, status_w: int, prep: dict | None) -> int:
+        """J: read messages until one job has been served; returns the exit code. ``prep``: what
+        ``prepare_job`` made while J waited for its turn (None if that failed)."""
         self.pid = os.getpid()
         self.cmd = protocol.LineReader(self.cmd_in)
         while True:
@@ -402,12 +424,14 @@ class Worker:
                 if msg.get("mode") == "call":
                     msg["tests"] = decode_big_ints(msg["tests"])
                 self.cfg.update(msg.get("limits") or {})
-                self.run_job(msg)
+                self.run_job(msg, prep)
                 os.write(status_w, b"D")
                 return 0
             if op == "ping":
                 self.send({"op": "pong"})
             elif op == "exit":
+                if prep is not None:
+                    self.release_job(prep)
                 return EXIT_REQUESTED
             # a late "stop"/"next" from a finished job is ignored
 
@@ -417,36 +441,85 @@ class Worker:
             return uid
         return self.uid
 
-    def run_job(self, job: dict) -> None:
-        uid = self._job_uid(job)
-        tmp = self._job_dir(uid)
-        fds: dict = {}
-        cleanup = None
+    # --- one job (in J) ------------------------------------------------------------------------------
+    def prepare_job(self, tmp: str | None = None, spawn: bool = True) -> dict:
+        """Everything of a job that does not depend on the job, done by J while it waits for its turn (off
+        the critical path): the temp dir ``tmp`` (``next-*``, root-owned, renamed ``job-*`` and given to the
+        job's uid when the job starts), the landlock ruleset, the memfds, and -- ``spawn`` -- a child forked
+        ahead, past sandbox stage 1, that waits for its spec."""
+        prep: dict = {"tmp": tmp or tempfile.mkdtemp(prefix=NEXT_PREFIX, dir=self.base), "fds": {}, "child": None}
+        os.chmod(prep["tmp"], 0o700)
+        fds = prep["fds"]
         try:
+            fds["tmpdir_fd"] = os.open(prep["tmp"], os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
             if self.layers.get("landlock"):
-                fds["ruleset"], _ = landlock.create_ruleset(self.read_paths, [tmp, "/dev/null"], self.libc)
+                fds["ruleset"], _ = landlock.create_ruleset(self.read_paths, [prep["tmp"], "/dev/null"], self.libc)
+            else:
+                fds["ruleset"] = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
             for name in ("stdin", "stdout", "stderr", "code"):  # "code": the children's compiled-code cache
                 fds[name] = os.memfd_create(f"mc-{name}", os.MFD_CLOEXEC)
-            self._run_tests(job, tmp, fds, uid)
+            if spawn:
+                prep["child"] = self._spawn(prep, None)
+        except BaseException:
+            self.release_job(prep)
+            raise
+        return prep
+
+    def release_job(self, prep: dict) -> str | None:
+        """Kill a child still alive, close the descriptors, remove the temp dir; returns a clean-up warning."""
+        if prep.get("child"):
+            _close_child(prep.pop("child"))
+        for fd in prep["fds"].values():
+            os.close(fd)
+        prep["fds"] = {}
+        shutil.rmtree(prep["tmp"], ignore_errors=True)
+        return f"could not remove {prep['tmp']}" if os.path.exists(prep["tmp"]) else None
+
+    def _spawn(self, prep: dict, spec: dict | None) -> dict:
+        """Fork a sandboxed child. ``spec`` None: it stops after stage 1 and reads its spec from the control
+        pipe (``_start``); else it runs the spec at once."""
+        result_r, result_w = os.pipe2(os.O_CLOEXEC)
+        ctl_r, ctl_w = os.pipe2(os.O_CLOEXEC)
+        pid = os.fork()
+        if pid == 0:
+            try:
+                child.run(spec, {**prep["fds"], "result": result_w, "ctl": ctl_r, "paths": self.path_fds,
+                                 "parent_pid": self.pid}, self.libc)
+            finally:
+                os._exit(122)
+        os.close(result_w)
+        os.close(ctl_r)
+        return {"pid": pid, "result": result_r, "ctl": ctl_w}
+
+    def run_job(self, job: dict, prep: dict | None = None) -> None:
+        uid = self._job_uid(job)
+        cleanup = None
+        try:
+            prep = prep or self.prepare_job(spawn=False)
+            job_dir = os.path.join(self.base, JOB_PREFIX + os.path.basename(prep["tmp"])[len(NEXT_PREFIX):])
+            os.rename(prep["tmp"], job_dir)  # the ruleset and a child forked ahead hold the inode, not the name
+            prep["tmp"] = job_dir
+            if os.geteuid() == 0 and self.layers.get("uid_drop", True):
+                os.chown(prep["tmp"], uid, uid)
+            self._run_tests(job, prep, uid)
         except (protocol.ChannelClosed, BrokenPipeError):
             raise SystemExit(0)
         except Exception as e:  # infrastructure failure: report it, keep serving
             self.send({"op": "result", "i": -1, "status": "sandbox_error", "error": f"worker: {type(e).__name__}: {e}"})
         finally:
-            for fd in fds.values():
-                os.close(fd)
-            shutil.rmtree(tmp, ignore_errors=True)
-            if os.path.exists(tmp):
-                cleanup = f"could not remove {tmp}"
+            if prep is not None:
+                cleanup = self.release_job(prep)
             if not self.layers.get("landlock") and self.layers.get("uid_drop") and self.cfg.get("uid_exclusive"):
                 remove_files_of(uid)
         self.send({"op": "done", "cleanup": cleanup})
 
-    def _run_tests(self, job: dict, tmp: str, fds: dict, uid: int) -> None:
+    def _run_tests(self, job: dict, prep: dict, uid: int) -> None:
+        """One child runs the tests from ``i`` on until it ends; a child that ended early (crash, timeout,
+        state not reusable) is replaced by a fresh one for the rest, unless the supervisor says stop."""
         tests = job["tests"]
         n, i = len(tests), 0
         while i < n:
-            nxt, stopped = self._run_child(job, tmp, fds, i, uid)
+            nxt, stopped = self._run_child(job, prep, i, uid)
             if stopped or nxt >= n:
                 return
             self.send({"op": "await", "next": nxt})
@@ -458,152 +531,217 @@ class Worker:
                 return
             i = nxt
 
-    def _run_child(self, job: dict, tmp: str, fds: dict, start: int, uid: int) -> tuple[int, bool]:
-        """Fork one child for test ``start`` (stdin) or tests ``start..`` (call). Returns (next index, stopped)."""
-        mode, tests = job["mode"], job["tests"]
-        stdin_mode = mode == "stdin"
-        cap = int(job["caps"][start]) if stdin_mode else max(int(c) for c in job["caps"][start:])
-        for name in ("stdin", "stdout", "stderr"):
-            os.ftruncate(fds[name], 0)
-            os.lseek(fds[name], 0, os.SEEK_SET)
-        if stdin_mode:
-            data = tests[start].encode("utf-8", "surrogateescape")
-            protocol.write_all(fds["stdin"], data)
-            os.lseek(fds["stdin"], 0, os.SEEK_SET)
-        nonce = os.urandom(16).hex()
-        spec = {"mode": mode, "code": job["code"], "tmpdir": tmp, "nonce": nonce, "uid": uid, "gid": uid,
-                "parent_pid": self.pid, "layers": self.layers, "fn_name": job.get("fn_name"),
-                "arg_types": job.get("arg_types"), "return_type": job.get("return_type"),
-                "tests": None if stdin_mode else tests, "start": start,
-                "limits": self._limits(1 if stdin_mode else n_remaining(tests, start), cap)}
-        r, w = os.pipe2(os.O_CLOEXEC)
-        t0 = time.monotonic()
-        pid = os.fork()
-        if pid == 0:
-            try:
-                child.run(spec, {**fds, "result": w, "paths": self.path_fds}, self.libc)
-            finally:
-                os._exit(122)
-        os.close(w)
-        try:
-            return self._monitor(job, pid, r, fds, start, cap, nonce, t0)
-        finally:
-            os.close(r)
-
-    def _monitor(self, job, pid, r, fds, start, cap, nonce, t0):
+    def _run_child(self, job: dict, prep: dict, start: int, uid: int) -> tuple[int, bool]:
+        """Run tests ``start..`` in one child (the one forked ahead, else a fresh one). Returns (next index,
+        stopped)."""
+        tests = job["tests"]
         stdin_mode = job["mode"] == "stdin"
+        caps = [int(c) for c in job["caps"]]
+        fds = prep["fds"]
+        if stdin_mode:
+            _load_stdin(fds, tests[start])
+        else:
+            _reset_stdio(fds)
+        nonce = os.urandom(16).hex()
+        spec = {"mode": job["mode"], "code": job["code"], "tmpdir": prep["tmp"], "nonce": nonce, "uid": uid, "gid": uid,
+                "parent_pid": self.pid, "layers": self.layers, "landlock": bool(self.layers.get("landlock")),
+                "fn_name": job.get("fn_name"), "arg_types": job.get("arg_types"),
+                "return_type": job.get("return_type"), "tests": None if stdin_mode else tests, "start": start,
+                "n_tests": len(tests), "limits": self._limits(n_remaining(tests, start), max(caps[start:]))}
+        t0 = time.monotonic()
+        kid = prep.pop("child", None)
+        if kid is not None:
+            try:
+                protocol.write_all(kid["ctl"], json.dumps(spec).encode() + b"\n")
+            except OSError:  # the child forked ahead is gone: start a fresh one
+                _close_child(kid)
+                kid = None
+        if kid is None:
+            kid = self._spawn(prep, spec)
+        try:
+            return self._monitor(job, kid, fds, start, caps, nonce, t0)
+        finally:
+            _close_child(kid)
+
+    def _monitor(self, job, kid, fds, start, caps, nonce, t0):
+        """Relay the child's per-test records as results (stdin: also feed it the next test) until it ends,
+        every test is done, the wall clock runs out or the supervisor says stop."""
+        stdin_mode = job["mode"] == "stdin"
+        tests = job["tests"]
+        n = len(tests)
+        pid, r = kid["pid"], kid["result"]
         wall = float(self.cfg.get("wall_timeout") or 2 * float(self.cfg.get("timeout", 5.0)) + 1)
         try:
             pidfd = os.pidfd_open(pid)
         except (AttributeError, OSError):
             pidfd = None
         buf, current, deadline = bytearray(), start, t0 + wall
-        timed_out = stopped = over_cap = is_ready = False
-        setup_error = end = last = None
-        records_bytes = 0
+        timed_out = stopped = over_cap = is_ready = announced_exit = False
+        setup_error = None
+        record_bytes = 0  # result-pipe bytes since the last accepted record (bounded by the test's cap)
         nonce_b = nonce.encode() + b" "
         watch = [r, self.cmd.fd] + ([pidfd] if pidfd is not None else [])
         exited = False
-        try:
-            while True:
-                if self.cmd.pending():
-                    ready = {self.cmd.fd}
-                else:
-                    now = time.monotonic()
-                    if now >= deadline:
-                        timed_out = True
-                        break
-                    wait = deadline - now if pidfd is not None else min(0.002, deadline - now)
-                    ready = set(select.select(watch, [], [], wait)[0])
-                if r in ready:
-                    chunk = os.read(r, 1 << 16)
-                    if not chunk:
-                        watch.remove(r)
-                    buf += chunk
-                    records_bytes += len(chunk)
-                    if records_bytes > cap + 4096:
-                        over_cap = True
-                        break
-                    while (nl := buf.find(b"\n")) >= 0:
-                        line = bytes(buf[:nl])
-                        del buf[: nl + 1]
-                        if not line.startswith(nonce_b):
-                            continue  # not written by the driver
-                        try:
-                            rec = json.loads(line[len(nonce_b):], parse_int=_small_int)
-                        except (ValueError, RecursionError):
-                            continue
-                        if not isinstance(rec, dict) or rec.get("s") not in _RECORD_STATUSES:
-                            continue  # anything else on fd 3 is ignored (the program may write there)
-                        s = rec.get("s")
-                        if not isinstance(rec.get("v"), (str, type(None))) or not isinstance(rec.get("e"), (str, type(None))):
-                            continue
-                        if s == "ready":
-                            is_ready = True
-                        elif not is_ready:
-                            if s == "setup_failed":  # only before "ready": afterwards the program could forge it
-                                setup_error = rec.get("e")
-                        elif stdin_mode:
-                            if s in ("end", "compile_error"):
-                                end = {"r": rec.get("r", s), "e": rec.get("e")}
-                        elif rec.get("i") == current:
-                            now = time.monotonic()
-                            self.send({"op": "result", "i": current, "status": s, "value": rec.get("v"),
-                                       "error": rec.get("e"), "time": round(now - t0, 6)})
-                            t0, deadline, current, last = now, now + wall, current + 1, s
-                if self.cmd.fd in ready:
-                    if self.cmd.read(timeout=1.0).get("op") == "stop":
-                        stopped = True
-                        break
-                if not exited and (pidfd in ready if pidfd is not None else _reaped(pid)):
-                    exited = True
-                    if pidfd is not None:
-                        watch.remove(pidfd)
-                if exited and r not in watch:
+        while current < n and not announced_exit:
+            if self.cmd.pending():
+                ready = {self.cmd.fd}
+            else:
+                now = time.monotonic()
+                if now >= deadline:
+                    timed_out = True
                     break
-        finally:
-            status = _kill_and_reap(pid)
-            if pidfd is not None:
-                os.close(pidfd)
-        elapsed = round(time.monotonic() - t0, 6)
+                wait = deadline - now if pidfd is not None else min(0.002, deadline - now)
+                ready = set(select.select(watch, [], [], wait)[0])
+            if r in ready:
+                chunk = os.read(r, 1 << 16)
+                if not chunk:
+                    watch.remove(r)
+                buf += chunk
+                record_bytes += len(chunk)
+                if record_bytes > caps[current] + 4096:
+                    over_cap = True
+                    break
+                batch = []  # the results of this chunk go out in one write
+                while (nl := buf.find(b"\n")) >= 0 and current < n and not announced_exit:
+                    line = bytes(buf[:nl])
+                    del buf[: nl + 1]
+                    rec = _record(line, nonce_b)
+                    if rec is None:
+                        continue  # not written by the driver (the program may write anything to fd 3)
+                    s = rec["s"]
+                    if s == "ready":
+                        is_ready = True
+                        continue
+                    if not is_ready:
+                        if s == "setup_failed":  # only before "ready": afterwards the program could forge it
+                            setup_error = rec.get("e")
+                        continue
+                    if rec.get("i") != current:
+                        continue
+                    now = time.monotonic()
+                    res = {"op": "result", "i": current, "time": round(now - t0, 6)}
+                    if stdin_mode and s == "end":
+                        res.update(_stdin_result(rec, fds, caps[current]))
+                        announced_exit = bool(rec.get("x")) or rec.get("r") == "memory"
+                    elif stdin_mode and s != "compile_error":
+                        continue
+                    else:
+                        res.update(status=s, value=rec.get("v"), error=rec.get("e"))
+                        announced_exit = s in ("memory", "compile_error")
+                    batch.append(protocol.encode(res))
+                    current += 1
+                    record_bytes = len(buf)
+                    t0, deadline = now, now + wall
+                    if stdin_mode and current < n and not announced_exit:
+                        _load_stdin(fds, tests[current])
+                        try:
+                            os.write(kid["ctl"], b"n")
+                        except OSError:
+                            pass  # the child is gone: seen below as its exit
+                if batch:
+                    protocol.write_all(self.out, b"".join(batch))
+            if self.cmd.fd in ready:
+                if self.cmd.read(timeout=1.0).get("op") == "stop":
+                    stopped = True
+                    break
+            if not exited and (pidfd in ready if pidfd is not None else _reaped(pid)):
+                exited = True
+                if pidfd is not None:
+                    watch.remove(pidfd)
+            if exited and r not in watch:
+                break
+        status = _kill_and_reap(pid)
+        if pidfd is not None:
+            os.close(pidfd)
+        kid["pid"] = None
         if stopped:
             return current, True
-        err_tail = _read_tail(fds["stderr"], 2000)
+        if current >= n or announced_exit:
+            return current, False
+        # the child ended (or was stopped) in the middle of test `current`: answer for it
+        res = {"op": "result", "i": current, "time": round(time.monotonic() - t0, 6),
+               "stderr": _read_tail(fds["stderr"], 2000)}
         if not is_ready and not setup_error:
             setup_error = (f"the child ended before the sandbox was ready ({_describe(status)})" if not timed_out
                            else "the sandbox was not ready before the wall-clock limit")
-        if stdin_mode:
-            res = {"op": "result", "i": start, "time": elapsed, "stderr": err_tail}
+        if setup_error:
+            res.update(status="sandbox_error", error=f"sandbox setup failed: {setup_error}")
+        elif timed_out:
+            res.update(status="timeout", error=f"wall-clock limit {wall:.1f} s")
+        elif over_cap:
+            res.update(status="output_limit", error=f"result exceeds {caps[current]} bytes")
+        elif stdin_mode:
             size = os.fstat(fds["stdout"]).st_size
-            if setup_error:
-                res.update(status="sandbox_error", error=f"sandbox setup failed: {setup_error}")
-            elif timed_out:
-                res.update(status="timeout", error=f"wall-clock limit {wall:.1f} s")
-            elif size > cap:
-                res.update(status="output_limit", error=f"output exceeds {cap} bytes")
+            if size > caps[current]:
+                res.update(status="output_limit", error=f"output exceeds {caps[current]} bytes")
             else:
-                res.update(_exit_status(status, end))
-                if res["status"] == "ok":
+                res.update(_exit_status(status, None))
+                if res["status"] == "ok":  # exited with code 0 (e.g. os._exit(0)) after writing its output
                     res["stdout"] = os.pread(fds["stdout"], size, 0).decode("utf-8", "replace")
-            self.send(res)
-            return start + 1, False
-        # a child that reported memory/compile_error exited on purpose: the next child resumes after it
-        if current < len(job["tests"]) and last not in ("memory", "compile_error"):
-            res = {"op": "result", "i": current, "time": elapsed, "stderr": err_tail}
-            if setup_error:
-                res.update(status="sandbox_error", error=f"sandbox setup failed: {setup_error}")
-            elif timed_out:
-                res.update(status="timeout", error=f"wall-clock limit {wall:.1f} s")
-            elif over_cap:
-                res.update(status="output_limit", error=f"result exceeds {cap} bytes")
-            else:
-                st = _exit_status(status, None)
-                if st["status"] == "ok":
-                    st = {"status": "exception", "error": "process exited (code 0) before returning a result"}
-                res.update(st)
-            self.send(res)
-            current += 1
-        return current, False
+        else:
+            st = _exit_status(status, None)
+            if st["status"] == "ok":
+                st = {"status": "exception", "error": "process exited (code 0) before returning a result"}
+            res.update(st)
+        self.send(res)
+        return current + 1, False
+
+
+def _record(line: bytes, nonce_b: bytes) -> dict | None:
+    """A status record of the driver, or None for anything else on the result pipe."""
+    if not line.startswith(nonce_b):
+        return None
+    try:
+        rec = json.loads(line[len(nonce_b):], parse_int=_small_int)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(rec, dict) or rec.get("s") not in _RECORD_STATUSES:
+        return None
+    if not isinstance(rec.get("v"), (str, type(None))) or not isinstance(rec.get("e"), (str, type(None))):
+        return None
+    if rec.get("r", "ok") not in _END_STATUSES or not isinstance(rec.get("x", 0), int):
+        return None
+    return rec
+
+
+_END_STATUSES = frozenset({"ok", "exception", "memory"})
+
+
+def _reset_stdio(fds: dict) -> None:
+    for name in ("stdin", "stdout", "stderr"):
+        os.ftruncate(fds[name], 0)
+        os.lseek(fds[name], 0, os.SEEK_SET)
+
+
+def _load_stdin(fds: dict, data: str) -> None:
+    """Empty the stdio memfds and put the next test's input in stdin (the child reads from offset 0)."""
+    _reset_stdio(fds)
+    protocol.write_all(fds["stdin"], data.encode("utf-8", "surrogateescape"))
+    os.lseek(fds["stdin"], 0, os.SEEK_SET)
+
+
+def _stdin_result(rec: dict, fds: dict, cap: int) -> dict:
+    """The result of one stdin run that ended normally (its ``end`` record)."""
+    size = os.fstat(fds["stdout"]).st_size
+    out = {"stderr": _read_tail(fds["stderr"], 2000)}
+    if size > cap:
+        out.update(status="output_limit", error=f"output exceeds {cap} bytes")
+    elif rec.get("r") == "ok":
+        out.update(status="ok", error=None, stdout=os.pread(fds["stdout"], size, 0).decode("utf-8", "replace"))
+    else:
+        out.update(status=rec.get("r"), error=rec.get("e"))
+    return out
+
+
+def _close_child(kid: dict) -> None:
+    """Kill and reap a child (if still running) and close its pipes."""
+    if kid.get("pid"):
+        _kill_and_reap(kid["pid"])
+        kid["pid"] = None
+    for key in ("result", "ctl"):
+        if kid.get(key) is not None:
+            os.close(kid[key])
+            kid[key] = None
 
 
 _RECORD_STATUSES = frozenset({"ok", "exception", "memory", "unserialisable", "compile_error", "setup_failed", "end",

@@ -1,0 +1,94 @@
+"""Several stdin tests of one job run in one sandboxed process (a fresh ``__main__``, fresh stdio, the
+builtins restored, the program's exit handlers run for every test), and a process whose state a later run
+must not inherit is replaced by a fresh one. The marker ``sys.modules['_mc_runs']`` below is how a test
+sees which runs shared a process: it survives a run only inside the same process."""
+
+import json
+
+from microcoder_ext.core import verdicts as V
+
+COUNT = "import sys\nruns = sys.modules.setdefault('_mc_runs', [])\nruns.append(1)\n"
+N = 4
+SAME = {"inputs": ["x\n"] * N, "outputs": [f"{k}\n" for k in range(1, N + 1)]}  # k-th run of one process
+FRESH = {"inputs": ["x\n"] * N, "outputs": ["1\n"] * N}  # every run in a fresh process
+
+
+def test_tests_of_a_job_share_one_process(run):
+    r = run(COUNT + "print(len(runs))", SAME)
+    assert r.verdict == V.CORRECT, r.detail
+
+
+def test_every_run_gets_a_fresh_namespace_stdin_and_builtins(run):
+    code = COUNT + (
+        "assert 'seen' not in globals()\n"
+        "seen = True\n"
+        "import builtins\n"
+        "assert not hasattr(builtins, 'planted') and builtins.input is builtins.__dict__['input']\n"
+        "builtins.planted = 1\n"
+        "builtins.print = None\n"  # a later run must get the real print back
+        "import sys\n"
+        "data = open(0).read()\n"  # closes fd 0 when collected
+        "assert data == 'x\\n', repr(data)\n"
+        "sys.stdout.write(str(len(runs)) + '\\n')\n"
+        "sys.stdout.flush()\n"
+        "import os; os.close(1); os.close(2)\n")
+    r = run(code, SAME)
+    assert r.verdict == V.CORRECT, r.detail
+
+
+def test_exit_handlers_and_threads_run_as_at_interpreter_exit(run):
+    code = COUNT + (
+        "import atexit, sys, threading\n"
+        "out = []\n"
+        "atexit.register(lambda: sys.stdout.write(' '.join(out) + '\\n'))\n"
+        "threading.Thread(target=lambda: out.append(str(len(runs)))).start()\n")
+    r = run(code, SAME)
+    assert r.verdict == V.CORRECT, r.detail
+
+
+def test_exit_codes_per_run(run):
+    assert run(COUNT + "print(len(runs)); exit()", SAME).verdict == V.CORRECT
+    assert run(COUNT + "import sys; print(len(runs)); sys.exit(0)", SAME).verdict == V.CORRECT
+    r = run(COUNT + "import sys; print(len(runs)); sys.exit(len(runs) == 3)", SAME)
+    assert r.verdict == V.RUNTIME_ERROR and r.num_passed == 2, r.detail
+
+
+def test_a_process_left_in_an_unusable_state_is_replaced(run):
+    # a daemon thread still running, a resource limit lowered, a stdio descriptor replaced, os._exit(0)
+    for leave in ("import threading, time\nthreading.Thread(target=time.sleep, args=(30,), daemon=True).start()",
+                  "import resource\nresource.setrlimit(resource.RLIMIT_NOFILE, (32, 32))",
+                  "import os\nos.dup2(os.open('/dev/null', os.O_RDONLY), 7)",
+                  "import os, sys\nsys.stdout.flush()\nos._exit(0)"):
+        code = COUNT + "print(len(runs))\n" + leave
+        r = run(code, FRESH, stop_on_first_failure=False)
+        assert r.verdict == V.CORRECT and r.num_passed == N, (leave, r.detail)
+
+
+def test_failures_in_the_middle_are_judged_per_test(run):
+    code = COUNT + "print(len(runs) if len(runs) != 2 else 'no')"
+    r = run(code, SAME, stop_on_first_failure=False)
+    assert r.verdict == V.WRONG_ANSWER and r.num_passed == N - 1, r.detail
+    code = COUNT + "if input() == 'loop':\n    while True: pass\nprint(len(runs))"
+    r = run(code, {"inputs": ["x\n", "loop\n", "x\n", "x\n"], "outputs": ["1\n", "2\n", "1\n", "2\n"]},
+            stop_on_first_failure=False)
+    assert r.verdict == V.TIMEOUT and r.num_passed == N - 1, r.detail  # after the timeout: a fresh process
+    code = COUNT + "if len(runs) == 3:\n    x = [0] * (1 << 62)\nprint(len(runs))"
+    r = run(code, {"inputs": SAME["inputs"], "outputs": ["1\n", "2\n", "3\n", "1\n"]}, stop_on_first_failure=False)
+    assert r.verdict == V.MEMORY_LIMIT and r.num_passed == N - 1, r.detail
+
+
+def test_output_cap_is_per_test(run):
+    gt = {"inputs": ["1\n", "2\n"], "outputs": ["a\n", "b" * 5000 + "\n"], }
+    code = "n = int(input())\nprint('a' if n == 1 else 'b' * 5000)"
+    assert run(code, gt).verdict == V.CORRECT
+    code = "n = int(input())\nprint('a' * (1 << 26) if n == 1 else 'b' * 5000)"
+    r = run(code, gt, stop_on_first_failure=False)
+    assert r.verdict == V.WRONG_ANSWER and r.num_passed == 1, r.detail
+    assert "output" in r.detail, r.detail
+
+
+def test_big_inputs_reach_every_run(run):
+    big = " ".join(str(k) for k in range(200000)) + "\n"
+    gt = {"inputs": [big, "1 2\n", big], "outputs": [f"{sum(range(200000))}\n", "3\n", f"{sum(range(200000))}\n"]}
+    r = run("print(sum(map(int, input().split())))", json.dumps(gt))
+    assert r.verdict == V.CORRECT, r.detail
