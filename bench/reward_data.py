@@ -697,7 +697,8 @@ def _mc_build(v, kind):
     return v
 '''
 _NODE_LIST_SRC = "def _mc_node_list" + TRANSFORMS_SRC.split("def _mc_node_list", 1)[1]
-_NODE_CLASSES = ("class ListNode:\n    def __init__(self, val=0, next=None):\n        self.val, self.next = val, next\n\n\n"
+_NODE_CLASSES = ("class ListNode:\n    def __init__(self, val=0, next=None):\n"
+                 "        self.val, self.next = val, next\n\n\n"
                  "class TreeNode:\n    def __init__(self, val=0, left=None, right=None):\n"
                  "        self.val, self.left, self.right = val, left, right\n")
 _NODES: dict = {}
@@ -786,13 +787,13 @@ def stdin_driver(p: dict) -> str:
 def encode(p: dict, encoding: str, variant: str) -> dict:
     """Problem ``p`` in one encoding: ``{"gt": JSON text, "extra_info": dict or None, "code": the reference program
     for that encoding}``. Foreign encodings carry no options: the program brings its own imports (the prompt)."""
-    n = range(len(p["kwargs"]))
-    lines = [stdin_input(p, i).rstrip("\n") for i in n]  # JSON-lines arguments (verl/PRIME, LCB, rLLM)
+    idx = range(len(p["kwargs"]))
+    lines = [stdin_input(p, i).rstrip("\n") for i in idx]  # JSON-lines arguments (verl/PRIME, LCB, rLLM)
     extra = None
     if encoding == "ours":
         return {"gt": json.dumps(p["ours"]), "extra_info": None, "code": p["completion"]}
     if encoding == "stdin":
-        tests = [(stdin_input(p, i), stdin_expected(p, i)) for i in n]
+        tests = [(stdin_input(p, i), stdin_expected(p, i)) for i in idx]
         if variant == "codecontests":
             gt = [{"input": {"stdin": a}, "output": {"stdout": e}} for a, e in tests]
         elif variant == "lcb":

@@ -133,7 +133,8 @@ def parse_ground_truth(gt: Any, extra_info: dict | None = None) -> TestSuite:
         try:
             gt = json.loads(gt, parse_int=big_int)
         except ValueError as e:
-            raise GroundTruthError(f"ground truth is not valid JSON ({e}); expected a JSON test specification") from None
+            raise GroundTruthError(f"ground truth is not valid JSON ({e}); expected a JSON test specification"
+                                   ) from None
     gt = _plain(gt)
     if isinstance(gt, dict):
         key = next((k for k in _TESTS_KEYS if k in gt), None)
@@ -321,8 +322,8 @@ def _parse_list(items: list, meta: dict, extra_info) -> TestSuite:
         raise GroundTruthError("tests mix stdin and functional test types")
     mode = modes.pop() if modes else "stdin"
     if mode == "call" and not fn_name:
-        raise GroundTruthError("functional tests need 'fn_name' (in the ground truth, in each test's metadata.func_name, "
-                               "or in extra_info fn_name/metadata)")
+        raise GroundTruthError("functional tests need 'fn_name' (in the ground truth, in each test's "
+                               "metadata.func_name, or in extra_info fn_name/metadata)")
     return TestSuite(mode, tests, fn_name=fn_name if mode == "call" else None)
 
 
