@@ -24,7 +24,7 @@ the rotation differs per encoding, so together the encodings cover every problem
 Left out, counted and asserted: ListNode/TreeNode problems in the encodings that cannot express them (all but
 ``ours`` and ``stdin``); the one any-order problem outside ``ours`` (no foreign format says "any order"); in
 ``stdin`` the 3 problems whose reference returns an integral float where the dataset expects an int (``from
-math import *`` shadows ``pow``): printed ``8.0`` against ``8``, which a token judge (rightly) rejects.
+math import *`` makes ``pow(2, k)`` a float): printed ``4.0`` against ``4``, which a token judge (rightly) rejects.
 """
 
 import importlib.util
