@@ -261,6 +261,10 @@ class Engine:
                         "in directories closed to other users) and see /proc")
         if lay.get("uid_range"):
             log.warning("microcoder reward sandbox: %s", lay["uid_range"])
+        if lay.get("preimport_failed"):
+            log.warning("microcoder reward sandbox: the workers could not import %s; programs that import them fail "
+                        "(LeetCode's judge modules are dependencies of microcoder-ext: reinstall it)",
+                        ", ".join(lay["preimport_failed"]))
         if lay.get("unreadable_paths"):
             log.warning("microcoder reward sandbox: %s not readable by the sandbox uid: model code cannot import "
                         "third-party packages from there (pre-imported: MICROCODER_SANDBOX_PREIMPORT)",

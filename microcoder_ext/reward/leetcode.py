@@ -16,9 +16,7 @@ import importlib.util
 import json
 
 from .compare import big_int
-
-#: third-party modules of LeetCode's Python 3 judge that solutions import (package dependencies)
-JUDGE_MODULES = ("sortedcontainers",)
+from .sandbox.worker import JUDGE_MODULES  # noqa: F401  (the workers pre-import them)
 
 _NAMES = {"null": None, "None": None, "true": True, "True": True, "false": False, "False": False}
 
