@@ -10,8 +10,8 @@ from types import SimpleNamespace
 import pytest
 
 pytestmark = pytest.mark.openrlhf
-pytest.importorskip("openrlhf")
-torch = pytest.importorskip("torch")
+import openrlhf  # noqa: F401  (a missing framework fails, never skips)
+import torch
 
 from microcoder_ext.core import verdicts as V  # noqa: E402
 from microcoder_ext.openrlhf.reward import reward_func  # noqa: E402

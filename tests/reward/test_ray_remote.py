@@ -12,7 +12,7 @@ import pytest
 
 from microcoder_ext.reward import Engine, EngineConfig
 
-ray = pytest.importorskip("ray")
+import ray
 
 UID_BASE = 60650 + 3 * (os.getpid() % 16)  # its own uid range (conftest: 60700.., test_concurrency: 60600..)
 

@@ -14,7 +14,7 @@ from hydra import compose, initialize_config_module
 
 pytestmark = [pytest.mark.verl, pytest.mark.slow]
 
-tq = pytest.importorskip("transfer_queue")
+import transfer_queue as tq
 
 L = 8  # rollout.response_length in these tests
 M = 2  # microcoder.mask.m
