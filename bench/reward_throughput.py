@@ -1,6 +1,6 @@
 """Throughput of the MicroCoder code reward vs verl 0.9.1 ``prime_code``, side by side in one run, one call at a time.
 
-Workloads (built at run time from ../shared/data by bench/reward_data.py; every completion is judged on all of
+Workloads (built at run time from bench/data by bench/reward_data.py; every completion is judged on all of
 its problem's tests, the same code and tests for both evaluators):
   * leetcode: LeetCodeDataset v0.2.0 train (newfacade/LeetCodeDataset, MIT), call-based, each problem with its
     own 1-5 tests (problems with linked-list/tree arguments, which prime_code cannot build, and any-order

@@ -1,4 +1,4 @@
-"""One test per comparison rule; cases from ../shared/notes/code-reward.md section 1."""
+"""One test per comparison rule; cases from the evaluator survey (code-reward notes, section 1: what existing evaluators get wrong)."""
 
 import pytest
 
