@@ -17,6 +17,23 @@ Defaults follow the paper (paper-spec §3, §12)::
         verdict_key: verdict    # key of the reward's extra info that holds the verdict string
         missing_verdict: score  # no verdict from the reward: score | keep | error
         correct_score: 1.0      # missing_verdict=score: score >= this counts as "correct", else wrong_answer
+      temperature:              # training temperature (paper-spec §4; microcoder_ext.core.temperature)
+        mode: constant          # constant | staged | auto (diversity-determined)
+        value: 1.2              # constant: the temperature (paper's main runs); auto: the start (a candidate)
+        stages: []              # staged: [[step, T], ...] from step 0, e.g. [[0, 0.6], [140, 1.2]]
+        candidates: [0.6, 0.8, 1.0, 1.2, 1.4, 1.6, 1.8]   # auto: temperatures it may use, increasing
+        start: value            # auto: value | probe (lowest candidate whose probe diversity >= target)
+        target: null            # auto: diversity target (expected converged diversity); null = estimate it
+        target_steps: 10        # auto, target null: estimate = mean of the first target_steps steps ...
+        target_margin: 0.05     # ... minus this margin
+        window: 20              # auto: smoothed diversity below target for this many consecutive steps ...
+        min_interval: 50        # ... and at least this many steps since the last change -> next candidate
+        max_temperature: 1.8    # auto: never above
+        smoothing: 0.9          # EMA decay of the step diversity (0 = none)
+        n: 4                    # n-gram order of the diversity metrics
+        metric: distinct        # distinct (distinct-n per response) | group_pooled | pairwise
+        probe_prompts: 64       # probe: prompts of the probe set
+        probe_samples: 8        # probe: responses per prompt and temperature
 """
 
 from __future__ import annotations
@@ -28,7 +45,15 @@ from typing import Any, Mapping
 import numpy as np
 import torch
 
+from microcoder_ext.core.diversity import METRICS
 from microcoder_ext.core.masking import validate_mask_args
+from microcoder_ext.core.temperature import (
+    MODES as TEMPERATURE_MODES,
+    STARTS as TEMPERATURE_STARTS,
+    normalize_stages,
+    validate_candidates,
+    validate_stages,
+)
 
 MISSING_VERDICT_POLICIES = ("score", "keep", "error")
 
@@ -73,12 +98,101 @@ class MaskConfig:
         return torch.Generator().manual_seed(int(state) & ((1 << 63) - 1))
 
 
+DEFAULT_CANDIDATES = (0.6, 0.8, 1.0, 1.2, 1.4, 1.6, 1.8)  # paper-spec §4 procedure, step (1)
+
+
+def _real(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and np.isfinite(x)
+
+
+def _count(x: Any, low: int) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool) and x >= low
+
+
+@dataclass(frozen=True)
+class TemperatureConfig:
+    mode: str = "constant"
+    value: float = 1.2
+    stages: tuple = ()
+    candidates: tuple = DEFAULT_CANDIDATES
+    start: str = "value"
+    target: float | None = None
+    target_steps: int = 10
+    target_margin: float = 0.05
+    window: int = 20
+    min_interval: int = 50
+    max_temperature: float = 1.8
+    smoothing: float = 0.9
+    n: int = 4
+    metric: str = "distinct"
+    probe_prompts: int = 64
+    probe_samples: int = 8
+
+    def __post_init__(self) -> None:
+        key = "microcoder.temperature."
+
+        def fail(name: str, why: str) -> None:
+            raise ConfigError(f"{key}{name} {why}, got {getattr(self, name)!r}")
+
+        if self.mode not in TEMPERATURE_MODES:
+            fail("mode", f"must be one of {TEMPERATURE_MODES}")
+        if self.start not in TEMPERATURE_STARTS:
+            fail("start", f"must be one of {TEMPERATURE_STARTS}")
+        if self.metric not in METRICS:
+            fail("metric", f"must be one of {METRICS}")
+        for name in ("value", "max_temperature"):
+            if not _real(getattr(self, name)) or getattr(self, name) <= 0:
+                fail(name, "must be a positive number")
+        if self.target is not None and (not _real(self.target) or not 0.0 <= self.target <= 1.0):
+            fail("target", "must be a diversity in [0, 1] or null (estimate it)")
+        if not _real(self.target_margin) or not 0.0 <= self.target_margin < 1.0:
+            fail("target_margin", "must be a number in [0, 1)")
+        if not _real(self.smoothing) or not 0.0 <= self.smoothing < 1.0:
+            fail("smoothing", "must be an EMA decay in [0, 1)")
+        for name, low in (("target_steps", 1), ("window", 1), ("min_interval", 1), ("n", 1), ("probe_prompts", 1),
+                          ("probe_samples", 1)):
+            if not _count(getattr(self, name), low):
+                fail(name, f"must be an integer >= {low}")
+        for name in ("value", "max_temperature", "target", "target_margin", "smoothing"):  # 1 -> 1.0
+            v = getattr(self, name)
+            if isinstance(v, int) and not isinstance(v, bool):
+                object.__setattr__(self, name, float(v))
+        try:
+            object.__setattr__(self, "stages", normalize_stages(self.stages))
+        except ValueError as e:
+            raise ConfigError(f"{key}{e}") from None
+        if isinstance(self.candidates, (str, bytes)) or not isinstance(self.candidates, (list, tuple)):
+            fail("candidates", "must be a list of temperatures")
+        if not all(_real(c) and c > 0 for c in self.candidates):
+            fail("candidates", "must be positive numbers")
+        object.__setattr__(self, "candidates", tuple(float(c) for c in self.candidates))
+
+        if self.mode == "staged":
+            try:
+                validate_stages(self.stages)
+            except ValueError as e:
+                raise ConfigError(f"{key}stages: {e}") from None
+        if self.mode == "auto":
+            try:
+                validate_candidates(self.candidates, self.min_interval)
+            except ValueError as e:
+                raise ConfigError(f"{key}candidates/min_interval: {e}") from None
+            usable = [c for c in self.candidates if c <= self.max_temperature + 1e-9]
+            if not usable:
+                fail("max_temperature", f"is below every candidate {self.candidates}")
+            if self.start == "value" and not any(abs(c - self.value) <= 1e-6 for c in usable):
+                fail("value", f"must be one of the candidates <= max_temperature {tuple(usable)} (mode=auto starts there)")
+            if self.start == "probe" and self.target is None:
+                fail("target", "must be set with start=probe (the probe picks the lowest candidate reaching it)")
+
+
 @dataclass(frozen=True)
 class MicrocoderConfig:
     mask: MaskConfig = field(default_factory=MaskConfig)
+    temperature: TemperatureConfig = field(default_factory=TemperatureConfig)
 
 
-_SECTIONS: dict[str, type] = {"mask": MaskConfig}
+_SECTIONS: dict[str, type] = {"mask": MaskConfig, "temperature": TemperatureConfig}
 
 
 def _section(name: str, cls: type, values: Mapping[str, Any] | None) -> Any:
@@ -92,6 +206,11 @@ def _section(name: str, cls: type, values: Mapping[str, Any] | None) -> Any:
         if f.name in values and f.type in ("float", float) and isinstance(values[f.name], int):
             values[f.name] = float(values[f.name]) if not isinstance(values[f.name], bool) else values[f.name]
     return cls(**values)
+
+
+def parse_temperature_config(values: Mapping[str, Any] | None) -> TemperatureConfig:
+    """Build a validated :class:`TemperatureConfig` from the ``microcoder.temperature`` mapping."""
+    return _section("temperature", TemperatureConfig, values)
 
 
 def parse_config(values: Mapping[str, Any] | None) -> MicrocoderConfig:
