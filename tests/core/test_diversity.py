@@ -211,3 +211,20 @@ def test_hash_separates_all_small_ngrams():
 def test_invalid_inputs_raise(kwargs, match):
     with pytest.raises(ValueError, match=match):
         diversity_metrics(**kwargs)
+
+
+def test_overhead_bench_runs_small():
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    bench = Path(__file__).resolve().parents[2] / "bench" / "diversity_overhead.py"
+    out = subprocess.run(
+        [sys.executable, str(bench), "--batch", "32", "--max-len", "256", "--repeats", "1", "--json"],
+        capture_output=True, text=True, check=True, timeout=120,
+    )
+    report = json.loads(out.stdout)
+    assert set(report["results"]) == {"random", "templated"}
+    for r in report["results"].values():
+        assert r["diversity_ms"] > 0 and r["mask_ms"] > 0 and r["step_percent"] >= 0
