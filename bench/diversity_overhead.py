@@ -96,7 +96,9 @@ def measure(args, content: str) -> dict:
 
     res = diversity_metrics(responses, index, lengths=lengths, n=args.n)
     out = {
-        "diversity_ms": _median_ms(lambda: diversity_metrics(responses, index, lengths=lengths, n=args.n), args.repeats),
+        "diversity_ms": _median_ms(
+            lambda: diversity_metrics(responses, index, lengths=lengths, n=args.n), args.repeats
+        ),
         "diversity_ragged_ms": _median_ms(lambda: diversity_metrics(rows, index, n=args.n), args.repeats),
         "controller_ms": _median_ms(lambda: ctl.update(next(step), responses, index, lengths=lengths), args.repeats),
         "mask_ms": _median_ms(mask, args.repeats),
@@ -141,7 +143,8 @@ def main(argv=None) -> int:
         print(json.dumps({**meta, "results": results}))
         return 0
     print(f"diversity overhead: {args.batch} responses x {args.max_len} tokens, groups of {args.group}, "
-          f"vocab {args.vocab}, n={args.n}, numpy {np.__version__}, torch {torch.__version__} ({meta['threads']} threads)")
+          f"vocab {args.vocab}, n={args.n}, numpy {np.__version__}, torch {torch.__version__} "
+          f"({meta['threads']} threads)")
     print(f"{'workload':<10}{'tokens':>11}{'diversity':>11}{'ragged':>9}{'controller':>12}{'mask':>9}"
           f"{'vs mask':>9}{f'of {args.step_seconds:g}s':>10}{'of 120s':>9}")
     for w, r in results.items():

@@ -181,7 +181,7 @@ class TemperatureConfig:
             if not usable:
                 fail("max_temperature", f"is below every candidate {self.candidates}")
             if self.start == "value" and not any(abs(c - self.value) <= 1e-6 for c in usable):
-                fail("value", f"must be one of the candidates <= max_temperature {tuple(usable)} (mode=auto starts there)")
+                fail("value", f"must be one of the candidates <= max_temperature {tuple(usable)} (auto starts there)")
             if self.start == "probe" and self.target is None:
                 fail("target", "must be set with start=probe (the probe picks the lowest candidate reaching it)")
 

@@ -51,7 +51,7 @@ a pure-Python set/tuple reference (:func:`brute_force_diversity`) on random data
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Sequence
 
 import numpy as np
@@ -85,7 +85,6 @@ class DiversityResult:
     group_distinct: np.ndarray  #: (num_groups,) int64, distinct n-grams in the union of the group's responses
     group_pairwise: np.ndarray  #: (num_groups,) float64, mean pairwise Jaccard distance (NaN: < 2 eligible)
     group_pairs: np.ndarray  #: (num_groups,) int64, number of pairs averaged
-    _summary: dict = field(default_factory=dict, repr=False)
 
     @property
     def per_response(self) -> np.ndarray:

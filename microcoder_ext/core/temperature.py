@@ -61,7 +61,10 @@ def _is_number(x: Any) -> bool:
 
 
 def normalize_stages(stages: Any) -> tuple[tuple[int, float], ...]:
-    """``[[step, T], ...]`` or ``[{"step": s, "temperature": T}, ...]`` -> ``((step, T), ...)``; ValueError if malformed."""
+    """``[[step, T], ...]`` or ``[{"step": s, "temperature": T}, ...]`` -> ``((step, T), ...)``.
+
+    Raises ValueError if malformed.
+    """
     if stages is None:
         return ()
     if isinstance(stages, (str, bytes)) or not isinstance(stages, Sequence):
@@ -166,7 +169,9 @@ class ProbeResult:
             "target": self.target,
             "recommended": self.recommended,
             "reason": self.reason,
-            "rows": [{"temperature": r.temperature, "diversity": r.diversity, "metrics": dict(r.metrics)} for r in self.rows],
+            "rows": [
+                {"temperature": r.temperature, "diversity": r.diversity, "metrics": dict(r.metrics)} for r in self.rows
+            ],
         }
 
 
@@ -314,7 +319,8 @@ class TemperatureController:
             raise ValueError(f"unsupported temperature state version {state.get('version')!r}")
         if state.get("mode") != self.config.mode:
             raise ValueError(
-                f"saved temperature state is for mode={state.get('mode')!r}, the configuration says mode={self.config.mode!r}"
+                f"saved temperature state is for mode={state.get('mode')!r}, "
+                f"the configuration says mode={self.config.mode!r}"
             )
         self._last_step = state["last_step"]
         self._ema = state["ema"]
@@ -329,8 +335,10 @@ class TemperatureController:
                 if i >= len(self._candidates) or not math.isclose(self._candidates[i], t):
                     raise ValueError(f"saved stage temperature {t} is not candidate {i} of {self._candidates}")
         elif [list(s)[:2] for s in state["stages"]] != [s[:2] for s in self._stages]:
-            logger.warning("temperature: the configured %s schedule differs from the checkpoint's; using the configuration",
-                           self.config.mode)
+            logger.warning(
+                "temperature: the configured %s schedule differs from the checkpoint's; using the configuration",
+                self.config.mode,
+            )
 
     # -- the temperature of a step (pure function of the state)
 
@@ -418,7 +426,9 @@ class TemperatureController:
         replay = self._last_step is not None and step <= self._last_step
         changed, reason = False, None
         if replay:
-            logger.warning("temperature: step %d was already observed (last %d); state unchanged", step, self._last_step)
+            logger.warning(
+                "temperature: step %d was already observed (last %d); state unchanged", step, self._last_step
+            )
         else:
             if not math.isfinite(value):
                 logger.warning("temperature: step %d has no finite %s (no eligible responses); not counted",
@@ -468,8 +478,12 @@ class TemperatureController:
             return self._hold(step, "top", f"{why}, but T={temp} is the highest candidate <= max_temperature "
                                            f"{cfg.max_temperature}: staying")
         if held_for < cfg.min_interval:
-            return self._hold(step, f"interval:{start}", f"{why}, but stage T={temp} started at step {start}, "
-                                                         f"{held_for} < min_interval {cfg.min_interval} steps ago: waiting")
+            return self._hold(
+                step,
+                f"interval:{start}",
+                f"{why}, but stage T={temp} started at step {start}: {held_for} < min_interval "
+                f"{cfg.min_interval} steps, waiting",
+            )
         new = self._candidates[idx + 1]
         reason = f"{why}: T {temp} -> {new} from step {step + 1}"
         self._stages.append([step + 1, new, idx + 1, reason])

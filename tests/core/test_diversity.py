@@ -161,7 +161,9 @@ def test_matches_brute_force_reference_on_random_data(seed):
 def test_large_groups_use_the_dense_path_and_match_reference():
     rng = np.random.default_rng(0)
     base = rng.integers(0, 5, 60).tolist()
-    rows = [base[int(rng.integers(0, 20)) :] if rng.random() < 0.5 else rng.integers(0, 5, 30).tolist() for _ in range(150)]
+    rows = [
+        base[int(rng.integers(0, 20)) :] if rng.random() < 0.5 else rng.integers(0, 5, 30).tolist() for _ in range(150)
+    ]
     res = _check_against_reference(rows, [0] * 100 + [1] * 50, 3)  # 100 rows > 64-bit membership masks
     assert res.group_pairs.tolist()[0] == 100 * 99 // 2
 
@@ -200,8 +202,10 @@ def test_hash_separates_all_small_ngrams():
     "kwargs, match",
     [
         ({"responses": torch.zeros(2, 4, dtype=torch.long), "index": [0, 0]}, "exactly one of lengths= or mask="),
-        ({"responses": torch.zeros(2, 4, dtype=torch.long), "index": [0, 0], "lengths": [1, 5]}, r"lengths must lie in \[0, 4\]"),
-        ({"responses": torch.zeros(2, 4, dtype=torch.long), "index": [0], "lengths": [1, 1]}, "one group id per response"),
+        ({"responses": torch.zeros(2, 4, dtype=torch.long), "index": [0, 0], "lengths": [1, 5]},
+         r"lengths must lie in \[0, 4\]"),
+        ({"responses": torch.zeros(2, 4, dtype=torch.long), "index": [0], "lengths": [1, 1]},
+         "one group id per response"),
         ({"responses": torch.zeros(2, 4, dtype=torch.long), "index": [0, 0], "mask": torch.ones(2, 3)}, "mask shape"),
         ({"responses": [[1, 2], [3]], "index": [0, 0], "lengths": [2, 1]}, "ragged already"),
         ({"responses": torch.zeros(2, 4), "index": [0, 0], "lengths": [1, 1]}, "integer token ids"),
