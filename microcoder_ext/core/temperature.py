@@ -247,7 +247,7 @@ class StepUpdate:
     changed: bool  #: a new stage starts at ``step + 1``
     reason: str | None  #: why it changed (or why a due change was held back)
     diversity: float  #: the configured metric's value at this step (NaN: nothing eligible)
-    smoothed: float | None
+    smoothed: float | None  #: the smoothed diversity the decision used (None before any finite value)
     metrics: dict[str, float] = field(default_factory=dict)
     result: DiversityResult | None = None
 
@@ -425,6 +425,7 @@ class TemperatureController:
         metrics = dict(result.metrics()) if result is not None else {metric_key(cfg.metric, cfg.n): value}
         replay = self._last_step is not None and step <= self._last_step
         changed, reason = False, None
+        smoothed = self._ema
         if replay:
             logger.warning(
                 "temperature: step %d was already observed (last %d); state unchanged", step, self._last_step
@@ -435,6 +436,7 @@ class TemperatureController:
                                step, metric_key(cfg.metric, cfg.n))
             else:
                 self._ema = value if self._ema is None else cfg.smoothing * self._ema + (1.0 - cfg.smoothing) * value
+            smoothed = self._ema  # the value this step's decision sees (a new stage restarts the EMA)
             if cfg.mode == "auto":
                 changed, reason = self._auto_decide(step, value)
             self._last_step = step
@@ -443,13 +445,13 @@ class TemperatureController:
                 changed, reason = True, f"staged schedule: stage {stage + 1} starts at step {step + 1}"
                 logger.info("temperature: step %d -> %d: T %.3g -> %.3g (%s)", step, step + 1, temp, nxt, reason)
         next_temp, next_stage = self.temperature(step + 1), self.stage(step + 1)
-        metrics[PREFIX + "smoothed"] = self._ema if self._ema is not None else math.nan
+        metrics[PREFIX + "smoothed"] = smoothed if smoothed is not None else math.nan
         if cfg.mode == "auto":
             metrics[PREFIX + "target"] = self._target if self._target is not None else math.nan
         metrics["microcoder/temperature"] = temp
         metrics["microcoder/temperature_stage"] = float(stage)
         metrics["microcoder/temperature_next"] = next_temp
-        return StepUpdate(step, temp, stage, next_temp, next_stage, changed, reason, value, self._ema, metrics, result)
+        return StepUpdate(step, temp, stage, next_temp, next_stage, changed, reason, value, smoothed, metrics, result)
 
     def _auto_decide(self, step: int, value: float) -> tuple[bool, str | None]:
         cfg = self.config

@@ -194,7 +194,8 @@ def test_auto_closed_loop_properties_on_a_noisy_declining_trace():
     assert all(cands.index(temps[i]) == cands.index(temps[i - 1]) + 1 for i in changes)  # one stage at a time
     assert max(temps) <= 1.8 and temps == sorted(temps)
     for i in changes:  # each change follows `window` steps of smoothed diversity below the target
-        assert all(u.smoothed is None or u.smoothed < 0.62 for u in updates[i - 10 : i])
+        assert all(u.smoothed < 0.62 for u in updates[i - 10 : i])
+        assert updates[i - 1].metrics["microcoder/diversity/smoothed"] == updates[i - 1].smoothed
 
 
 def test_auto_value_must_be_a_candidate():
