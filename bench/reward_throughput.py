@@ -15,7 +15,10 @@ wrapped to be wrong ONLY on its LAST test).
 
 Evaluators: microcoder (``microcoder_ext.reward``, default engine, workers = cores); bare in-process (LeetCode only:
 the same solution compiled, exec'd and called in this process with no sandbox and no process at all, results compared
-by the same comparison: the floor any evaluator has, printed as "floor" slowdown); verl prime_code as verl runs it
+by the same comparison: the floor any evaluator has; and bare fork: a small pre-started process forks one child per
+completion that runs it with no sandbox layer (it pre-imports what our workers pre-import), the cost of process
+isolation alone; both printed as "floor"
+slowdowns); verl prime_code as verl runs it
 by default (``default_compute_score`` -> ``prime_code.compute_score(continuous=True)``: one process for all tests,
 on a failure a re-run of only the FIRST 10 tests one by one; pass = score 1.0); prime_code strict
 (``continuous=False``: the first all-tests run only; verl 0.9.1 raises UnboundLocalError on failures, counted as 0).
@@ -39,6 +42,7 @@ import argparse
 import json
 import os
 import statistics
+import subprocess
 import sys
 import threading
 import time
@@ -47,6 +51,44 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import reward_data as rd  # noqa: E402
 
 BARE = "bare in-process (no sandbox)"
+BARE_FORK = "bare fork (no sandbox)"
+#: the "bare fork" reference: per request line {code, fn, inputs}, fork a child that runs the solution, answer one
+#: line with the JSON list of return values ({"error": ...} if it raised)
+FORK_SERVER = r"""
+import json, os, sys
+for name in json.loads(sys.argv[1]):  # the modules our sandbox workers pre-import: same start for both
+    try:
+        __import__(name)
+    except ImportError:
+        pass
+devnull = os.open(os.devnull, os.O_WRONLY)
+for line in sys.stdin.buffer:
+    job = json.loads(line)
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(r)
+        os.dup2(devnull, 1)
+        try:
+            g = {"__name__": "__main__"}
+            exec(compile(job["code"], "solution.py", "exec"), g)
+            fn = getattr(g["Solution"](), job["fn"])
+            data = json.dumps([fn(**kw) for kw in job["inputs"]]).encode()
+        except BaseException as e:
+            data = json.dumps({"error": repr(e)}).encode()
+        view = memoryview(data)
+        while view:
+            view = view[os.write(w, view):]
+        os._exit(0)
+    os.close(w)
+    chunks = []
+    while chunk := os.read(r, 1 << 16):
+        chunks.append(chunk)
+    os.close(r)
+    os.waitpid(pid, 0)
+    sys.stdout.buffer.write(b"".join(chunks) + b"\n")
+    sys.stdout.buffer.flush()
+"""
 CC_SEVERAL_ANSWERS = ("1025_B", "1090_C", "1214_H")  # need a checker; prime_code cannot judge other valid answers
 
 
@@ -227,6 +269,22 @@ def main() -> int:
         fn = getattr(g["Solution"](), truth["fn_name"])
         return all(compare_values(exp, fn(**kw))[0] for kw, exp in zip(truth["inputs"], truth["outputs"]))
 
+    from microcoder_ext.reward.sandbox.worker import JUDGE_MODULES, STDLIB_PREIMPORT
+
+    preimport = json.dumps(list(STDLIB_PREIMPORT) + list(JUDGE_MODULES))
+    fork_server = subprocess.Popen([sys.executable, "-I", "-c", FORK_SERVER, preimport], stdin=subprocess.PIPE,
+                                   stdout=subprocess.PIPE, env={"PYTHONINTMAXSTRDIGITS": "0", "PATH": os.defpath})
+
+    def bare_fork(it):
+        """Process isolation and nothing else: a small pre-started server forks one child per completion, which
+        runs the solution (no sandbox layer, no limits) and returns the values through a pipe; compared here."""
+        truth = json.loads(it["ours"])
+        fork_server.stdin.write(json.dumps({"code": it["code"], "fn": truth["fn_name"],
+                                            "inputs": truth["inputs"]}).encode() + b"\n")
+        fork_server.stdin.flush()
+        got = json.loads(fork_server.stdout.readline())
+        return isinstance(got, list) and all(compare_values(exp, v)[0] for v, exp in zip(got, truth["outputs"]))
+
     def prime_default(it):
         res, _ = prime_code.compute_score(f"```python\n{it['code']}\n```", it["prime"], continuous=True)
         return float(res) == 1.0
@@ -244,7 +302,7 @@ def main() -> int:
     rows = []
     for wl, correct, mutants in workloads:
         for mode, items in (("all-correct", correct), ("mixed: half wrong on LAST test", mixed(correct, mutants))):
-            extra = [(BARE, bare_in_process)] if wl.startswith("leetcode") else []
+            extra = [(BARE, bare_in_process), (BARE_FORK, bare_fork)] if wl.startswith("leetcode") else []
             for ev, fn in evaluators + extra:
                 with rd.quiet_stdout():  # prime_code prints errors to stdout
                     r = measure(fn, items)
@@ -252,6 +310,8 @@ def main() -> int:
                 rows.append(r)
                 print(f"  measured {wl} / {mode} / {ev}: {r['total_s']:.1f} s", file=sys.stderr, flush=True)
     engine.close()
+    fork_server.stdin.close()
+    fork_server.wait()
     if infra:
         print(f"\nWARNING: {len(infra)} microcoder sandbox_error results (timings invalid), e.g. {infra[0]}")
 
@@ -268,15 +328,18 @@ def main() -> int:
             ours_r = sel["microcoder"]
             parts = [f"vs {ev.split(' ', 1)[1]}: {ours_r['completions_s'] / r['completions_s']:.2f}x "
                      f"(p50 {r['p50_ms'] / ours_r['p50_ms']:.1f}x)" for ev, r in sel.items()
-                     if ev not in ("microcoder", BARE)]
+                     if ev not in ("microcoder", BARE, BARE_FORK)]
             print(f"  {wl:<36}{mode:<32}" + "; ".join(parts))
-    print("\nfloor: microcoder time / bare in-process time (same completions; 1.0 = no overhead at all):")
+    print("\nfloor: microcoder time / bare time (same completions; 1.0 = no overhead at all):")
     for wl, _, _ in workloads:
         for mode in ("all-correct", "mixed: half wrong on LAST test"):
             sel = {r["evaluator"]: r for r in rows if r["workload"] == wl and r["mode"] == mode}
-            if BARE in sel:
-                print(f"  {wl:<36}{mode:<32}{sel['microcoder']['total_s'] / sel[BARE]['total_s']:.1f}x "
-                      f"(p50 {sel['microcoder']['p50_ms']:.2f} ms vs {sel[BARE]['p50_ms']:.2f} ms)")
+            ours_r = sel["microcoder"]
+            parts = [f"vs {ev.split(' (')[0]}: {ours_r['total_s'] / sel[ev]['total_s']:.1f}x "
+                     f"(p50 {ours_r['p50_ms']:.2f} ms vs {sel[ev]['p50_ms']:.2f} ms)" for ev in (BARE, BARE_FORK)
+                     if ev in sel]
+            if parts:
+                print(f"  {wl:<36}{mode:<32}" + "; ".join(parts))
     print("(PSS MiB: peak of this process + descendants; child: descendants alone. Both evaluators share this "
           "process, which has imported verl.)")
     if args.json:
