@@ -16,11 +16,27 @@ Where the verdict is read (:func:`microcoder_ext.verl.advantage_mask.reward_info
    during rollout (verl's default; ``verl/trainer/ppo/v1/agent_loop_tq.py:160-227``);
 3. else the verdict is missing: ``microcoder.mask.missing_verdict`` applies, ``microcoder/verdict_missing_frac``
    reports it and the first such step logs a WARNING.
+
+Per-step temperature (``microcoder.temperature``, rules in :mod:`microcoder_ext.verl.temperature`): a
+:class:`~microcoder_ext.core.temperature.TemperatureController` gives the step's temperature ``T_t``. At the start of
+each step (``on_step_begin``) and whenever a prompt batch of the step is drawn (``_next_train_batch``, also used by the
+replay buffer's refills) the trainer writes ``T_t`` into ``actor_rollout_ref.rollout.temperature``, which verl reads
+for ``KVBatchMeta.extra_info["temperature"]`` of the sampled batch, old/ref log-probs, values, critic and actor
+updates, and attaches ``T_t`` to the prompt batch for the ``microcoder_single_turn`` agent loop
+(:mod:`microcoder_ext.verl.agent_loop`), which samples with it. After the step's advantages the trainer reads the
+step's responses (``uid``, ``responses``, ``response_mask`` and the stored sampling temperature) from TransferQueue,
+refuses rows sampled at another temperature, measures diversity and calls ``controller.update``; its metrics
+(``microcoder/temperature``, ``microcoder/temperature_stage``, ``microcoder/diversity/*``) join the step metrics and
+a new stage starts at the next step. The controller state is saved in every checkpoint folder
+(:data:`~microcoder_ext.verl.temperature.STATE_FILE`) and restored on resume.
 """
 
 from __future__ import annotations
 
+import json
 import logging
+import math
+import os
 
 import torch
 import transfer_queue as tq
@@ -29,15 +45,37 @@ from tensordict import TensorDict
 
 from verl.trainer.ppo.v1.trainer_base import register_trainer
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
+from verl.utils import tensordict_utils as tu
 from verl.workers.utils.padding import response_to_nested
 
 from microcoder_ext.core.config import MicrocoderConfig, parse_config
+from microcoder_ext.core.temperature import TemperatureController
+from microcoder_ext.verl import temperature as mc_temp
 from microcoder_ext.verl.advantage_mask import compute_row_mask, reward_infos_from_rows
+from microcoder_ext.verl.lazy import register_when_imported
 
 logger = logging.getLogger(__name__)
 
 #: TransferQueue fields the mask reads (besides the advantages it rewrites)
 MASK_INPUT_FIELDS = ["responses", "response_mask", "rm_scores", "extra_fields", "advantages", "returns"]
+#: TransferQueue fields the temperature controller reads (diversity groups by uid; the sampling temperature check)
+TEMPERATURE_INPUT_FIELDS = ["uid", "responses", "response_mask", mc_temp.TEMPERATURE_FIELD]
+
+
+def _register_agent_loop(module=None) -> None:
+    from microcoder_ext.verl.agent_loop import register_agent_loop
+
+    register_agent_loop()
+
+
+# the agent loop is looked up in the agent-loop worker processes, which import verl.trainer.ppo.v1 (and so this
+# module, through the plugin's trainer registration); registered once verl's agent-loop package is imported
+register_when_imported(
+    "verl.experimental.agent_loop",
+    _register_agent_loop,
+    key="microcoder_ext.verl.trainer:agent_loop",
+    what=f"registering the agent loop {mc_temp.AGENT_LOOP_NAME}",
+)
 
 
 def microcoder_config(config) -> MicrocoderConfig:
@@ -53,18 +91,152 @@ class MicrocoderSyncTrainer(PPOTrainerSync):
 
     def __init__(self, config, *args, **kwargs):
         self.mc_config = microcoder_config(config)  # fail before any worker starts
+        temperature_cfg, notes = mc_temp.check_temperature_config(config, self.mc_config)
+        self.mc_temperature = TemperatureController(temperature_cfg)
+        for note in notes:
+            logger.info("microcoder_sync: %s", note)
+        self._mc_step_temperature: float | None = None
         # verl uses trainer_mode both as registry key and as the sync/async behaviour switch
         # (trainer_base.py:153 and others compare it to "sync"); the registry lookup is already done.
         with open_dict(config):
             config.trainer.v1.trainer_mode = "sync"
         super().__init__(config, *args, **kwargs)
+        # the agent-loop workers and every extra_info["temperature"] start from T_0
+        self._mc_set_temperature(int(getattr(self, "global_steps", 0) or 0))
         logger.info("microcoder_sync: %s", self.mc_config)
+
+    # ------------------------------------------------------------------ per-step temperature
+
+    def _mc_set_temperature(self, step: int) -> float:
+        """Make ``T_step`` the temperature every verl reader of ``actor_rollout_ref.rollout.temperature`` sees."""
+        t = self.mc_temperature.temperature(step)
+        with open_dict(self.config):
+            self.config.actor_rollout_ref.rollout.temperature = t
+        self._mc_step_temperature = t
+        return t
+
+    def on_step_begin(self):
+        super().on_step_begin()
+        self._mc_set_temperature(self.global_steps)
+
+    def _next_train_batch(self, num_prompts: int | None = None):
+        batch = super()._next_train_batch(num_prompts)
+        t = self._mc_set_temperature(self.global_steps)
+        tu.assign_non_tensor_data(batch, mc_temp.TEMPERATURE_FIELD, t)
+        return batch
+
+    # ------------------------------------------------------------------ advantages: mask, then diversity
 
     def _compute_advantage(self, batch, metrics: dict):
         batch = super()._compute_advantage(batch, metrics)
         if self.mc_config.mask.enable:
             self._apply_truncation_mask(batch, metrics)
+        self._update_temperature(batch, metrics)
         return batch
+
+    def _update_temperature(self, batch, metrics: dict) -> None:
+        step = int(getattr(self, "global_steps", 0) or 0)
+        expected = self.mc_temperature.temperature(step)
+        used = float(self.config.actor_rollout_ref.rollout.temperature)
+        if not math.isclose(used, expected, abs_tol=1e-9):
+            raise RuntimeError(
+                f"microcoder_sync: step {step} computed its log-probs at actor_rollout_ref.rollout.temperature={used:g} "
+                f"but the controller's temperature for the step is {expected:g}"
+            )
+        data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=TEMPERATURE_INPUT_FIELDS)
+        keep = [i for i, tag in enumerate(batch.tags) if not tag.get("is_padding", False)]
+        responses = data["responses"].unbind()
+        uids = _as_list(data["uid"])
+        responses = [responses[i] for i in keep]
+        uids = [uids[i] for i in keep]
+        if mc_temp.TEMPERATURE_FIELD in set(data.keys()):
+            sampled = [_as_list(data[mc_temp.TEMPERATURE_FIELD])[i] for i in keep]
+        else:
+            sampled = [None] * len(keep)
+        missing = sum(t is None for t in sampled)
+        stale = sorted({float(t) for t in sampled if t is not None and not math.isclose(float(t), expected, abs_tol=1e-9)})
+        if stale:
+            raise RuntimeError(
+                f"microcoder_sync: step {step} (T={expected:g}) got responses sampled at T={stale}; their log-probs "
+                f"would be computed at another temperature than they were sampled with. Samples older than the "
+                f"step are not supported (sync mode only)"
+            )
+        if missing and not math.isclose(expected, self._mc_initial_temperature(), abs_tol=1e-9):
+            raise RuntimeError(
+                f"microcoder_sync: {missing} responses of step {step} carry no '{mc_temp.TEMPERATURE_FIELD}': an agent "
+                f"loop other than {mc_temp.AGENT_LOOP_NAME!r} sampled them at the workers' initial temperature "
+                f"{self._mc_initial_temperature():g}, but step {step} computes log-probs at T={expected:g}. Set "
+                f"{mc_temp.AGENT_LOOP_KEY}={mc_temp.AGENT_LOOP_NAME} and give no other agent_name in the data"
+            )
+        metrics["microcoder/temperature_unverified_frac"] = missing / max(len(keep), 1)
+        if missing and not getattr(self, "_mc_warned_unverified", False):
+            self._mc_warned_unverified = True
+            logger.warning(
+                "microcoder_sync: %d of %d responses of step %d carry no '%s' (an agent loop other than %s sampled "
+                "them at the workers' initial temperature %s); logged once, see "
+                "microcoder/temperature_unverified_frac",
+                missing, len(keep), step, mc_temp.TEMPERATURE_FIELD, mc_temp.AGENT_LOOP_NAME,
+                self._mc_initial_temperature(),
+            )
+        update = self.mc_temperature.update(step, responses, uids)
+        metrics.update(update.metrics)
+        if update.changed:
+            logger.info(
+                "microcoder_sync: temperature %g -> %g from step %d (%s)",
+                update.temperature, update.next_temperature, step + 1, update.reason,
+            )
+
+    def _mc_initial_temperature(self) -> float:
+        return self.mc_temperature.temperature(0)
+
+    # ------------------------------------------------------------------ checkpoints
+
+    def _save_checkpoint(self):
+        # written before verl's own save, whose last act is the latest_checkpointed_iteration.txt tracker
+        folder = os.path.join(self.config.trainer.default_local_dir, f"global_step_{self.global_steps}")
+        os.makedirs(folder, exist_ok=True)
+        path = os.path.join(folder, mc_temp.STATE_FILE)
+        tmp = path + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump(self.mc_temperature.state_dict(), f)
+        os.replace(tmp, path)
+        return super()._save_checkpoint()
+
+    def _load_checkpoint(self):
+        result = super()._load_checkpoint()
+        if self.global_steps > 0:
+            folder = self._mc_resume_folder()
+            path = os.path.join(folder, mc_temp.STATE_FILE) if folder else None
+            if path and os.path.exists(path):
+                with open(path) as f:
+                    self.mc_temperature.load_state_dict(json.load(f))
+                logger.info("microcoder_sync: temperature controller restored from %s", path)
+            else:
+                logger.warning(
+                    "microcoder_sync: resuming at step %d without %s (checkpoint of another trainer?): the temperature "
+                    "controller starts from its configuration%s",
+                    self.global_steps, mc_temp.STATE_FILE,
+                    " (auto mode: earlier stage changes are lost)" if self.mc_temperature.mode == "auto" else "",
+                )
+        self._mc_set_temperature(self.global_steps)
+        return result
+
+    def _mc_resume_folder(self) -> str | None:
+        """The ``global_step_<n>`` folder verl's ``_load_checkpoint`` resumed from (same resolution)."""
+        from verl.utils.checkpoint.checkpoint_manager import find_latest_ckpt_path
+
+        trainer = self.config.trainer
+        if trainer.resume_mode == "auto":
+            folder = trainer.default_local_dir
+            if not os.path.isabs(folder):
+                folder = os.path.join(os.getcwd(), folder)
+            return find_latest_ckpt_path(folder)
+        if trainer.resume_mode == "resume_path":
+            folder = trainer.resume_from_path
+            return folder if os.path.isabs(folder) else os.path.join(os.getcwd(), folder)
+        return None
+
+    # ------------------------------------------------------------------ truncation mask
 
     def _apply_truncation_mask(self, batch, metrics: dict) -> None:
         cfg = self.mc_config.mask

@@ -47,6 +47,25 @@ MASK = {
     "microcoder.mask.missing_verdict": "score",
     "microcoder.mask.correct_score": 1.0,
 }
+#: the paper's temperature (constant 1.2, paper-spec §4); must also be TemperatureConfig's defaults (checked below)
+TEMPERATURE = {
+    "microcoder.temperature.mode": "constant",
+    "microcoder.temperature.value": 1.2,
+    "microcoder.temperature.stages": [],
+    "microcoder.temperature.candidates": [0.6, 0.8, 1.0, 1.2, 1.4, 1.6, 1.8],
+    "microcoder.temperature.max_temperature": 1.8,
+    "microcoder.temperature.start": "value",
+    "microcoder.temperature.target": None,
+    "microcoder.temperature.target_steps": 10,
+    "microcoder.temperature.target_margin": 0.05,
+    "microcoder.temperature.window": 20,
+    "microcoder.temperature.min_interval": 50,
+    "microcoder.temperature.smoothing": 0.9,
+    "microcoder.temperature.metric": "distinct",
+    "microcoder.temperature.n": 4,
+    "microcoder.temperature.probe_prompts": 64,
+    "microcoder.temperature.probe_samples": 8,
+}
 OUR_REWARD = {
     "reward.custom_reward_function.path": "pkg://microcoder_ext.reward",
     "reward.custom_reward_function.name": "compute_score",
@@ -69,7 +88,10 @@ EXPECTED: dict[str, dict[str, object]] = {
         "actor_rollout_ref.actor.use_kl_loss": False,
         "actor_rollout_ref.actor.clip_ratio_high": 0.28,
         "trainer.v1.trainer_mode": "microcoder_sync",
+        # derived from microcoder.temperature.value (one source of truth); the per-step agent loop
+        "actor_rollout_ref.rollout.agent.default_agent_loop": "microcoder_single_turn",
         **MASK,
+        **TEMPERATURE,
     },
     "microcoder_mask_only": {"trainer.use_v1": True, "trainer.v1.trainer_mode": "microcoder_sync", **MASK},
     "grpo_baseline": {
@@ -119,6 +141,17 @@ USER_ALGORITHM = [
     "reward.custom_reward_function.name=my_score",
 ]
 CLI_OVERRIDES = ["actor_rollout_ref.actor.clip_ratio_high=0.3", "microcoder.mask.rho=0.1"]
+STAGED = ["microcoder.temperature.mode=staged", "microcoder.temperature.stages=[[0,0.6],[140,1.2]]"]
+TEMPERATURE_OVERRIDES = {
+    "value1.0": ["microcoder.temperature.value=1.0"],
+    "staged": STAGED,
+    "auto": ["microcoder.temperature.mode=auto", "microcoder.temperature.value=0.8", "microcoder.temperature.target=0.5"],
+    "rollout1.0": ["actor_rollout_ref.rollout.temperature=1.0"],
+    "staged+rollout1.0": [*STAGED, "actor_rollout_ref.rollout.temperature=1.0"],
+    "staged+other_loop": [*STAGED, "actor_rollout_ref.rollout.agent.default_agent_loop=single_turn_agent"],
+    "async": ["trainer.v1.trainer_mode=colocate_async"],
+    "pss2": ["+trainer.v1.sync.parameter_sync_step=2"],
+}
 
 # ------------------------------------------------------------------------------------------------- helpers
 
@@ -151,6 +184,8 @@ def recipe_file_keys(name: str) -> set[str]:
 def assert_values(cfg, expected: dict[str, object]) -> None:
     for key, want in expected.items():
         got = OmegaConf.select(cfg, key)
+        if OmegaConf.is_config(got):
+            got = OmegaConf.to_container(got)
         assert (type(got), got) == (type(want), want), f"{key}: got {got!r}, want {want!r}"
 
 
@@ -187,6 +222,8 @@ def composed() -> dict[str, object]:
     requests["microcoder_mask_only+user"] = ["+recipe=microcoder_mask_only", *USER_ALGORITHM]
     requests["microcoder+cli"] = ["+recipe=microcoder", *CLI_OVERRIDES]
     requests["cli+microcoder"] = [*CLI_OVERRIDES, "+recipe=microcoder"]  # order on the command line is irrelevant
+    for label, ov in TEMPERATURE_OVERRIDES.items():
+        requests[f"microcoder+{label}"] = ["+recipe=microcoder", *ov]
     with initialize_config_module(config_module="verl.trainer.config", version_base=None):
         return {label: compose(config_name="ppo_trainer", overrides=ov) for label, ov in requests.items()}
 
@@ -251,6 +288,13 @@ def test_mask_block_is_mask_config_defaults():
     assert {k.removeprefix("microcoder.mask."): v for k, v in MASK.items()} == dataclasses.asdict(MaskConfig())
 
 
+def test_temperature_block_is_temperature_config_defaults():
+    from microcoder_ext.core.config import TemperatureConfig
+
+    defaults = {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(TemperatureConfig()).items()}
+    assert {k.removeprefix("microcoder.temperature."): v for k, v in TEMPERATURE.items()} == defaults
+
+
 # ----------------------------------------------------------------------------------------- composition
 
 
@@ -265,7 +309,8 @@ def test_recipe_changes_nothing_else(composed, name):
     changed = changed_keys(composed["base"], composed[name])
     assert changed <= set(EXPECTED[name])
     # values equal to verl's defaults (e.g. use_v1, token-mean) are pinned, not changes
-    assert changed == {k for k, v in EXPECTED[name].items() if OmegaConf.select(composed["base"], k) != v}
+    absent = object()  # a key verl lacks (e.g. microcoder.temperature.target: null) is a change too
+    assert changed == {k for k, v in EXPECTED[name].items() if OmegaConf.select(composed["base"], k, default=absent) != v}
 
 
 def test_mask_only_changes_only_trainer_mode_and_microcoder(composed):
@@ -393,7 +438,10 @@ def test_console_script_recipe_show(real_cli):
     result = real_cli["show"]
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     out = result.stdout
+    shown_temperature = {f"microcoder.temperature.{k}" for k in ("mode", "value", "stages")}
     for key, value in EXPECTED["microcoder"].items():
+        if key in TEMPERATURE and key not in shown_temperature:  # the auto/probe knobs: in --yaml, not the table
+            continue
         text = str(value).lower() if isinstance(value, bool) else str(value)
         assert row(key, text, "recipe").search(out), key
     assert row("=> reference model", "no", "verl need_reference_policy()").search(out)
@@ -533,3 +581,108 @@ def test_recipe_cli_imports_no_framework():
     )
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True)
     assert result.stdout.strip() == "[]"
+
+
+# ------------------------------------------------------------------------------------- per-step temperature
+
+
+def _checked(cfg):
+    from microcoder_ext.verl.temperature import check_temperature_config
+
+    return check_temperature_config(cfg, parse_config(OmegaConf.to_container(cfg.microcoder, resolve=True)))
+
+
+def test_rollout_temperature_follows_microcoder_temperature(composed):
+    """The recipe derives rollout.temperature from microcoder.temperature.value; command-line overrides compose."""
+    assert leaves(composed["microcoder"])["actor_rollout_ref.rollout.temperature"] == "${microcoder.temperature.value}"
+    cfg = composed["microcoder+value1.0"]
+    assert cfg.actor_rollout_ref.rollout.temperature == 1.0 and cfg.microcoder.temperature.value == 1.0
+    tcfg, notes = _checked(cfg)
+    assert (tcfg.mode, tcfg.value) == ("constant", 1.0) and notes == []
+    tcfg, _ = _checked(composed["microcoder"])
+    assert (tcfg.mode, tcfg.value) == ("constant", 1.2)
+
+
+def test_staged_and_auto_overrides_compose(composed):
+    from microcoder_ext.core.temperature import TemperatureController
+
+    tcfg, notes = _checked(composed["microcoder+staged"])
+    assert tcfg.mode == "staged" and tcfg.stages == ((0, 0.6), (140, 1.2))
+    ctl = TemperatureController(tcfg)
+    assert [ctl.temperature(s) for s in (0, 139, 140)] == [0.6, 0.6, 1.2]
+    # the recipe's rollout.temperature (= value 1.2) is not step 0's temperature: replaced every step, said so
+    assert any("is replaced every step" in n and "step 0: 0.6" in n for n in notes), notes
+    tcfg, _ = _checked(composed["microcoder+auto"])
+    assert (tcfg.mode, tcfg.value, tcfg.target) == ("auto", 0.8, 0.5)
+    _, notes = _checked(composed["microcoder+staged+rollout1.0"])  # replaced anyway: a note, not an error
+    assert any("temperature=1.0 is replaced every step" in n for n in notes)
+
+
+@pytest.mark.parametrize(
+    ("label", "message"),
+    [
+        ("rollout1.0", "rollout.temperature=1.0 disagrees with microcoder.temperature.value=1.2"),
+        ("staged+other_loop", "default_agent_loop=microcoder_single_turn"),
+        ("async", "colocate_async is refused with a microcoder section"),
+        ("pss2", "parameter_sync_step=2"),
+    ],
+)
+def test_temperature_config_refusals(composed, label, message):
+    from microcoder_ext.core.config import ConfigError
+
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        _checked(composed[f"microcoder+{label}"])
+
+
+def test_mask_only_keeps_verls_temperature(composed):
+    from microcoder_ext.verl.temperature import effective_temperature_config
+
+    user = composed["microcoder_mask_only+user"]
+    mc = parse_config(OmegaConf.to_container(user.microcoder, resolve=True))
+    assert effective_temperature_config(user, mc).value == 0.7  # the user's rollout.temperature, constant
+    assert _checked(user)[0].mode == "constant"
+
+
+def test_recipe_show_prints_the_temperature_plan(capsys):
+    rc, out, err = run_cli(capsys, "recipe", "show", "microcoder")
+    assert rc == 0, out + err
+    assert row("microcoder.temperature.mode", "constant", "recipe").search(out)
+    assert row("=> temperature mode", "constant", "microcoder.temperature").search(out)
+    assert row("=> temperature value at step 0", "1.2", "microcoder.temperature").search(out)
+    assert row("actor_rollout_ref.rollout.temperature", "1.2", "recipe").search(out)
+    assert "ok    microcoder temperature: one source of truth" in out
+
+    rc, out, err = run_cli(capsys, "recipe", "show", "microcoder", *STAGED)
+    assert rc == 0, out + err
+    assert row("=> temperature mode", "staged", "microcoder.temperature").search(out)
+    assert row("=> temperature value at step 0", "0.6", "microcoder.temperature").search(out)
+    assert row("=> temperature stages", "step 0: T=0.6, step 140: T=1.2", "microcoder.temperature").search(out)
+    assert "is replaced every step by microcoder.temperature (mode staged, step 0: 0.6)" in out
+
+    rc, out, err = run_cli(capsys, "recipe", "show", "microcoder_mask_only", "algorithm.adv_estimator=grpo")
+    assert rc == 0, out + err
+    assert "no microcoder.temperature section: constant T=1 from actor_rollout_ref.rollout.temperature" in out
+
+    # doctor notes: where rollout and actor temperatures could differ, or the live check is off
+    rc, out, err = run_cli(
+        capsys, "recipe", "show", "microcoder", "actor_rollout_ref.rollout.agent.default_agent_loop=single_turn_agent",
+        "actor_rollout_ref.rollout.calculate_log_probs=false",
+    )
+    assert rc == 0, out + err
+    assert "without the per-response temperature check of microcoder_single_turn" in out
+    assert "training/rollout_probs_diff_* (the live check" in out
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["actor_rollout_ref.rollout.temperature=1.0"], "disagrees with microcoder.temperature.value=1.2"),
+        (["trainer.v1.trainer_mode=colocate_async"], "colocate_async is refused with a microcoder section"),
+        (["trainer.v1.trainer_mode=separate_async"], "separate_async is refused with a microcoder section"),
+        (["microcoder.temperature.mode=staged", "microcoder.temperature.stages=[[0,0.6],[1,1.2]]"], "continuous"),
+    ],
+)
+def test_recipe_show_rejects_temperature_settings(capsys, argv, message):
+    rc, out, err = run_cli(capsys, "recipe", "show", "microcoder", *argv)
+    assert rc == 1, out + err
+    assert message in err
