@@ -16,6 +16,7 @@ import sys
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "recipe": ("microcoder_ext.verl.recipe_cli", "show or list the verl Hydra recipes (+recipe=...)"),
     "eval-code": ("microcoder_ext.reward.cli", "score a JSONL of (response, tests) with the code reward"),
+    "temperature": ("microcoder_ext.temperature_cli", "probe output diversity at candidate temperatures"),
 }
 
 
