@@ -238,7 +238,7 @@ def test_reloads_keep_one_hook_and_register_again():
         for mod in (plugin, lazy, plugin):
             importlib.reload(mod)
             assert len(finders()) == 1, finders()
-            assert lazy.hooks() == {'verl.trainer.ppo.v1': ['microcoder_ext.verl.plugin:trainer']}, lazy.hooks()
+            assert lazy.hooks()['verl.trainer.ppo.v1'] == ['microcoder_ext.verl.plugin:trainer'], lazy.hooks()
             assert v1.get_trainer_cls('microcoder_sync') is cls
         # a reload of verl's v1 package runs the hook again: a registry emptied meanwhile gets the trainer back
         del TRAINER_REGISTRY['microcoder_sync']
