@@ -35,24 +35,17 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
-import statistics
-import time
+import sys
 
 import numpy as np
 import torch
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from mask_overhead import _median_ms  # noqa: E402  (one timing helper for both overhead benches)
+
 WORKLOADS = ("random", "templated")
-
-
-def _median_ms(fn, repeats: int) -> float:
-    fn()  # warm-up
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(times)
 
 
 def make_batch(batch: int, max_len: int, group: int, vocab: int, trunc_frac: float, content: str, mutate: float,

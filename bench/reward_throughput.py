@@ -321,25 +321,26 @@ def main() -> int:
         print(f"{r['workload']:<36}{r['mode']:<32}{r['evaluator']:<27}{r['completions_s']:>9.1f}{r['tests_s']:>10.0f}"
               f"{r['p50_ms']:>9.1f}{r['p99_ms']:>9.1f}{100 * r['agree']:>7.1f}%{r['mem_total']:>9.0f}"
               f"{r['mem_children']:>7.0f}")
+    def selections():
+        """(workload, mode, {evaluator: row}, our row) for every workload and mode, in order."""
+        for wl, _, _ in workloads:
+            for mode in ("all-correct", "mixed: half wrong on LAST test"):
+                sel = {r["evaluator"]: r for r in rows if r["workload"] == wl and r["mode"] == mode}
+                yield wl, mode, sel, sel["microcoder"]
+
     print("\nratios microcoder / prime_code (completions per second; p50 latency prime/ours):")
-    for wl, _, _ in workloads:
-        for mode in ("all-correct", "mixed: half wrong on LAST test"):
-            sel = {r["evaluator"]: r for r in rows if r["workload"] == wl and r["mode"] == mode}
-            ours_r = sel["microcoder"]
-            parts = [f"vs {ev.split(' ', 1)[1]}: {ours_r['completions_s'] / r['completions_s']:.2f}x "
-                     f"(p50 {r['p50_ms'] / ours_r['p50_ms']:.1f}x)" for ev, r in sel.items()
-                     if ev not in ("microcoder", BARE, BARE_FORK)]
-            print(f"  {wl:<36}{mode:<32}" + "; ".join(parts))
+    for wl, mode, sel, ours_r in selections():
+        parts = [f"vs {ev.split(' ', 1)[1]}: {ours_r['completions_s'] / r['completions_s']:.2f}x "
+                 f"(p50 {r['p50_ms'] / ours_r['p50_ms']:.1f}x)" for ev, r in sel.items()
+                 if ev not in ("microcoder", BARE, BARE_FORK)]
+        print(f"  {wl:<36}{mode:<32}" + "; ".join(parts))
     print("\nfloor: microcoder time / bare time (same completions; 1.0 = no overhead at all):")
-    for wl, _, _ in workloads:
-        for mode in ("all-correct", "mixed: half wrong on LAST test"):
-            sel = {r["evaluator"]: r for r in rows if r["workload"] == wl and r["mode"] == mode}
-            ours_r = sel["microcoder"]
-            parts = [f"vs {ev.split(' (')[0]}: {ours_r['total_s'] / sel[ev]['total_s']:.1f}x "
-                     f"(p50 {ours_r['p50_ms']:.2f} ms vs {sel[ev]['p50_ms']:.2f} ms)" for ev in (BARE, BARE_FORK)
-                     if ev in sel]
-            if parts:
-                print(f"  {wl:<36}{mode:<32}" + "; ".join(parts))
+    for wl, mode, sel, ours_r in selections():
+        parts = [f"vs {ev.split(' (')[0]}: {ours_r['total_s'] / sel[ev]['total_s']:.1f}x "
+                 f"(p50 {ours_r['p50_ms']:.2f} ms vs {sel[ev]['p50_ms']:.2f} ms)" for ev in (BARE, BARE_FORK)
+                 if ev in sel]
+        if parts:
+            print(f"  {wl:<36}{mode:<32}" + "; ".join(parts))
     print("(PSS MiB: peak of this process + descendants; child: descendants alone. Both evaluators share this "
           "process, which has imported verl.)")
     if args.json:
