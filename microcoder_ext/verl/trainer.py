@@ -218,7 +218,8 @@ class MicrocoderSyncTrainer(PPOTrainerSync):
                     self.global_steps, mc_temp.STATE_FILE,
                     " (auto mode: earlier stage changes are lost)" if self.mc_temperature.mode == "auto" else "",
                 )
-        self._mc_set_temperature(self.global_steps)
+        # the first step to run (fit() increments global_steps first); the agent-loop workers start after this
+        self._mc_set_temperature(self.global_steps + 1)
         return result
 
     def _mc_resume_folder(self) -> str | None:
