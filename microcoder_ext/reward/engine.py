@@ -14,8 +14,8 @@ flock'd lock files shared by all processes of the node, e.g. verl's 8 RewardLoop
 never runs more sandboxed programs at once than it has slots (default: usable cores, cgroup quota
 included). The slot index also selects the job's sandbox uid (``uid + slot``).
 
-Sandbox design (details in ``sandbox/``): per test a child forked from a per-job process of the worker,
-in its own session, with real pipes/memfds, a private temp dir, rlimits, a wall-clock kill, an output
+Sandbox design (details in ``sandbox/``): per job (one sample) a child forked from a per-job process of the
+worker that runs every test of the job (a fresh child after a crash), in its own session, with real pipes/memfds, a private temp dir, rlimits, a wall-clock kill, an output
 cap, a seccomp filter and landlock, and -- when the host runs as root -- an unprivileged uid with no
 capability at all. Why no capability: an interpreter installed under a private home (``/root/.pyenv``, a
 venv under ``/root``; ``/root`` is 0700) is not importable by the sandbox uid. The previous design kept

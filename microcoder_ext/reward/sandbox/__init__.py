@@ -1,8 +1,9 @@
-"""Process sandbox for model-generated Python: pre-started workers that fork one child per run.
+"""Process sandbox for model-generated Python: pre-started workers that fork one sandboxed child per sample.
 
 Processes: supervisor (the host: verl RewardLoopWorker, Ray actor, OpenRLHF) -> worker W (``Popen`` of a
 fresh interpreter, own session, scrubbed env; never reads a job) -> job process J (forked from W per job,
-so a child's copy of memory holds its own job only) -> sandboxed child per stdin test / call-based run.
+ahead of it) -> one sandboxed child per job (forked by J before J reads its job, so it holds no job data in
+memory), which runs every test of the job; a fresh child only after a crash or an unusable state.
 
 Layers of a child, in order: new session; only its stdio memfds, the result pipe and the interpreter-dir
 ``O_PATH`` descriptors survive; private temp dir as cwd; rlimits (AS, CPU, FSIZE, NOFILE, NPROC, STACK,
