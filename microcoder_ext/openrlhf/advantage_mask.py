@@ -10,7 +10,7 @@ returns (GRPO: ``--algo.advantage.estimator group_norm``), i.e. after the group 
   none follows ``cfg.missing_verdict`` (``score``: ``info["score"]`` (else ``exp.scores``, else ``exp.rewards``)
   ``>= cfg.correct_score`` is ``correct``, else ``wrong_answer``; ``keep``: never masked; ``error``: raise); a row
   with several, or with an unknown ``mc_verdict_*`` key set, is never masked and counted in
-  ``microcoder/verdict_unknown_frac`` (as in the verl adapter, whose :func:`resolve_verdicts` is reused);
+  ``microcoder/verdict_unknown_frac`` (as in the verl adapter: both use :func:`~microcoder_ext.core.verdict_policy.resolve_verdicts`);
 * the response tokens ``exp.sequences[j, 1:][exp.action_mask[j].bool()]`` (``action_mask`` is shifted by one
   against ``sequences``; rows are right-padded) for the repeat check.
 
@@ -33,7 +33,7 @@ import torch
 
 from microcoder_ext.core.config import MaskConfig
 from microcoder_ext.core.masking import combine_conditions, mask_metrics, tail_repeats
-from microcoder_ext.verl.advantage_mask import resolve_verdicts  # torch-only (imports no verl), shared semantics
+from microcoder_ext.core.verdict_policy import resolve_verdicts
 
 VERDICT_PREFIX = "mc_verdict_"
 MASKED_KEY = "mc_trunc_masked"

@@ -16,16 +16,13 @@ top-level field wins where both exist.
 
 from __future__ import annotations
 
-import logging
 from typing import Any, Mapping, Sequence
 
 import torch
 
-from microcoder_ext.core import verdicts as V
 from microcoder_ext.core.config import MaskConfig
 from microcoder_ext.core.masking import combine_conditions, mask_metrics, tail_repeats
-
-logger = logging.getLogger(__name__)
+from microcoder_ext.core.verdict_policy import resolve_verdicts as _resolve_verdicts
 
 
 def session_of(key: str) -> tuple[str, int]:
@@ -90,56 +87,14 @@ def reward_infos_from_rows(
     return infos
 
 
-def resolve_verdicts(
-    reward_infos: Sequence[Mapping[str, Any] | None],
-    scores: Sequence[float],
-    cfg: MaskConfig,
-) -> tuple[list[str], dict[str, float]]:
-    """Verdict per row from the reward's extra info, following ``cfg.missing_verdict``.
+#: how a verl user gets verdicts to the mask (the error of ``missing_verdict=error``)
+VERL_HINT = ("Use the microcoder reward (reward.custom_reward_function.path=pkg://microcoder_ext.reward), return a "
+             "verdict from yours, or set microcoder.mask.missing_verdict=score|keep")
 
-    A row whose verdict is not in the vocabulary is treated as ``wrong_answer`` (never masked) and counted
-    in ``microcoder/verdict_unknown_frac``; it never crashes the step.
 
-    Returns:
-        (verdicts, metrics) with one verdict string per row.
-    """
-    out: list[str] = []
-    missing = unknown = 0
-    bad_examples: list[object] = []
-    for info, score in zip(reward_infos, scores, strict=True):
-        value = (info or {}).get(cfg.verdict_key)
-        if value is None:
-            missing += 1
-            if cfg.missing_verdict == "error":
-                raise RuntimeError(
-                    f"microcoder mask: the reward returned no '{cfg.verdict_key}' in its extra info. Use the "
-                    "microcoder reward (reward.custom_reward_function.path=pkg://microcoder_ext.reward), return a "
-                    "verdict from yours, or set microcoder.mask.missing_verdict=score|keep"
-                )
-            if cfg.missing_verdict == "score":
-                out.append(V.CORRECT if float(score) >= cfg.correct_score else V.WRONG_ANSWER)
-            else:  # keep: never mask
-                out.append(V.WRONG_ANSWER)
-            continue
-        if isinstance(value, bytes):
-            value = value.decode()
-        try:
-            out.append(V.validate(value))
-        except V.UnknownVerdictError:
-            unknown += 1
-            if len(bad_examples) < 3:
-                bad_examples.append(value)
-            out.append(V.WRONG_ANSWER)
-    if unknown:
-        logger.error(
-            "microcoder mask: %d row(s) had verdicts outside the vocabulary (e.g. %r); they are not masked", unknown,
-            bad_examples,
-        )
-    n = max(len(out), 1)
-    metrics = {"microcoder/verdict_missing_frac": missing / n, "microcoder/verdict_unknown_frac": unknown / n}
-    for v in V.ALL:
-        metrics[f"microcoder/verdict/{v}"] = sum(x == v for x in out) / n
-    return out, metrics
+def resolve_verdicts(reward_infos, scores, cfg: MaskConfig) -> tuple[list[str], dict[str, float]]:
+    """:func:`microcoder_ext.core.verdict_policy.resolve_verdicts` with the verl hint."""
+    return _resolve_verdicts(reward_infos, scores, cfg, hint=VERL_HINT)
 
 
 def compute_row_mask(
