@@ -187,12 +187,6 @@ def install_fake_vllm(mp: pytest.MonkeyPatch, tokenizer, script: dict[str, list[
 
 
 @pytest.fixture(scope="session")
-def fake_vllm(tokenizer):
-    """``fake_vllm(mp, script)``, see :func:`install_fake_vllm`."""
-    return lambda mp, script: install_fake_vllm(mp, tokenizer, script)
-
-
-@pytest.fixture(scope="session")
 def reward_files():
     """OpenRLHF ``--reward.remote_url`` files: the repository copy and the one shipped in the wheel."""
     return dict(REWARD_FILES)
@@ -215,11 +209,6 @@ def rollout_actor(args, **overrides):
     return actor
 
 
-@pytest.fixture(scope="session")
-def make_rollout_actor():
-    return rollout_actor
-
-
 def sampling_params(args):
     """``SamplingParams`` as ``SamplesGenerator._dispatch_prompts_to_vllm`` builds them
     (``openrlhf/trainer/ppo_utils/samples_generator.py:199-207``)."""
@@ -230,6 +219,37 @@ def sampling_params(args):
                           logprobs=1 if args.algo.advantage.is_correction_level != "off" else None)
 
 
+def run_rollout(args, tokenizer, script: dict[str, list[str]], requests, num_samples: int):
+    """``(actor, responses)``: the real rollout actor (vLLM replaced by the ``script`` of completions per prompt)
+    answering every ``(prompt, label)`` of ``requests`` with ``num_samples`` responses, all requests in flight at
+    once as ``SamplesGenerator`` sends them."""
+    with pytest.MonkeyPatch.context() as mp:
+        install_fake_vllm(mp, tokenizer, script)
+        actor = rollout_actor(args)
+        sp = sampling_params(args)
+
+        async def generate_all():
+            return await asyncio.gather(*(
+                actor.generate_responses(prompt=prompt, label=label, sampling_params=sp,
+                                         max_length=args.data.max_len, hf_tokenizer=tokenizer,
+                                         num_samples=num_samples)
+                for prompt, label in requests))
+
+        return actor, asyncio.run(generate_all())
+
+
 @pytest.fixture(scope="session")
-def make_sampling_params():
-    return sampling_params
+def rollout_responses(tokenizer):
+    """``rollout_responses(args, script, requests, num_samples)``, see :func:`run_rollout`."""
+    return lambda args, script, requests, num_samples: run_rollout(args, tokenizer, script, requests, num_samples)
+
+
+def generate_kwargs(args) -> dict:
+    """The generate kwargs ``PPOTrainer.remote(...)`` receives (``openrlhf/cli/train_ppo_ray.py:151-165``)."""
+    return dict(do_sample=True, max_len=args.data.max_len, max_new_tokens=args.rollout.max_new_tokens,
+                temperature=args.rollout.temperature, top_p=args.rollout.top_p)
+
+
+@pytest.fixture(scope="session")
+def make_generate_kwargs():
+    return generate_kwargs

@@ -7,7 +7,6 @@ across groups) -> real ``compute_advantages_and_returns`` -> :func:`apply_trunca
 trip -> real ``PolicyLoss`` (token-level, clip-higher).
 """
 
-import asyncio
 import copy
 import json
 
@@ -68,7 +67,7 @@ def expected_mask(mode):
 
 
 @pytest.fixture(scope="module")
-def flow(cli, reward_files, tokenizer, fake_vllm, make_rollout_actor, make_sampling_params, make_prompt):
+def flow(cli, reward_files, tokenizer, rollout_responses, make_generate_kwargs, make_prompt):
     """Runs the rollout once; ``flow.step()`` rebuilds fresh post-advantage experiences from it."""
     from types import SimpleNamespace
 
@@ -82,21 +81,9 @@ def flow(cli, reward_files, tokenizer, fake_vllm, make_rollout_actor, make_sampl
                "--rollout.max_new_tokens", str(MAX_NEW), "--rollout.batch_size", str(len(CASES)),
                "--rollout.micro_batch_size", "5", "--actor.num_gpus_per_node", "1")
     script = {make_prompt(p): [c for c, *_ in samples] for p, (_, samples) in CASES.items()}
-    with pytest.MonkeyPatch.context() as mp:
-        fake_vllm(mp, script)
-        actor = make_rollout_actor(args)
-        sp = make_sampling_params(args)
-
-        async def generate_all():
-            return await asyncio.gather(*(
-                actor.generate_responses(prompt=make_prompt(p), label=label, sampling_params=sp,
-                                         max_length=args.data.max_len, hf_tokenizer=tokenizer, num_samples=N)
-                for p, (label, _) in CASES.items()))
-
-        responses = asyncio.run(generate_all())
+    _, responses = rollout_responses(args, script, [(make_prompt(p), label) for p, (label, _) in CASES.items()], N)
     strategy = SimpleNamespace(args=args)
-    gen_kwargs = dict(do_sample=True, max_len=args.data.max_len, max_new_tokens=args.rollout.max_new_tokens,
-                      temperature=args.rollout.temperature, top_p=args.rollout.top_p)
+    gen_kwargs = make_generate_kwargs(args)
     generator = SamplesGenerator(strategy, None, None, tokenizer, [])
     maker = RemoteExperienceMaker(None, None, None, None, FixedKLController(0.0), strategy, tokenizer)
 

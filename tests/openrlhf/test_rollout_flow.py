@@ -7,7 +7,6 @@ CLI args (real argparse, ``--reward.remote_url reward_fns/openrlhf_reward.py``) 
 with ``group_norm`` (GRPO).
 """
 
-import asyncio
 import json
 import math
 
@@ -63,7 +62,7 @@ def _args(cli, reward_file):
 
 
 @pytest.fixture(scope="module")
-def rollout(cli, reward_files, tokenizer, fake_vllm, make_rollout_actor, make_sampling_params, make_prompt):
+def rollout(cli, reward_files, tokenizer, rollout_responses, make_generate_kwargs, make_prompt):
     """Runs the rollout once; returns what each stage produced."""
     from types import SimpleNamespace
 
@@ -73,24 +72,11 @@ def rollout(cli, reward_files, tokenizer, fake_vllm, make_rollout_actor, make_sa
 
     args = _args(cli, reward_files["reward_fns"])
     script = {make_prompt(p): [c for c, _, _ in samples] for p, (_, samples) in CASES.items()}
-    with pytest.MonkeyPatch.context() as mp:
-        fake_vllm(mp, script)
-        actor = make_rollout_actor(args)
-        sp = make_sampling_params(args)
-
-        async def generate_all():  # SamplesGenerator sends one generate_responses per prompt, all in flight
-            return await asyncio.gather(*(
-                actor.generate_responses(prompt=make_prompt(p), label=label, sampling_params=sp,
-                                         max_length=args.data.max_len, hf_tokenizer=tokenizer, num_samples=N)
-                for p, (label, _) in CASES.items()))
-
-        responses = asyncio.run(generate_all())
+    actor, responses = rollout_responses(args, script, [(make_prompt(p), label) for p, (label, _) in CASES.items()], N)
     strategy = SimpleNamespace(args=args)
-    # generate kwargs as PPOTrainer.remote(...) receives them (openrlhf/cli/train_ppo_ray.py:151-165)
-    gen_kwargs = dict(do_sample=True, max_len=args.data.max_len, max_new_tokens=args.rollout.max_new_tokens,
-                      temperature=args.rollout.temperature, top_p=args.rollout.top_p)
     generator = SamplesGenerator(strategy, None, None, tokenizer, [])
-    experiences = [generator._process_response_into_experience(r, **gen_kwargs) for group in responses for r in group]
+    experiences = [generator._process_response_into_experience(r, **make_generate_kwargs(args))
+                   for group in responses for r in group]
     maker = RemoteExperienceMaker(None, None, None, None, FixedKLController(args.algo.kl.init_coef), strategy,
                                   tokenizer)
     return SimpleNamespace(args=args, actor=actor, responses=responses, experiences=experiences, maker=maker,
