@@ -129,12 +129,17 @@ class MicrocoderSyncTrainer(PPOTrainerSync):
 
     def _compute_advantage(self, batch, metrics: dict):
         batch = super()._compute_advantage(batch, metrics)
+        # one TransferQueue read for both: the step's responses (B x response_length) are the large part
+        fields = list(TEMPERATURE_INPUT_FIELDS)
         if self.mc_config.mask.enable:
-            self._apply_truncation_mask(batch, metrics)
-        self._update_temperature(batch, metrics)
+            fields += [f for f in self._mask_input_fields() if f not in fields]
+        data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=fields)
+        if self.mc_config.mask.enable:
+            self._apply_truncation_mask(batch, data, metrics)
+        self._update_temperature(batch, data, metrics)
         return batch
 
-    def _update_temperature(self, batch, metrics: dict) -> None:
+    def _update_temperature(self, batch, data, metrics: dict) -> None:
         step = int(getattr(self, "global_steps", 0) or 0)
         expected = self.mc_temperature.temperature(step)
         used = float(self.config.actor_rollout_ref.rollout.temperature)
@@ -143,7 +148,6 @@ class MicrocoderSyncTrainer(PPOTrainerSync):
                 f"microcoder_sync: step {step} computed its log-probs at actor_rollout_ref.rollout.temperature={used:g} "
                 f"but the controller's temperature for the step is {expected:g}"
             )
-        data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=TEMPERATURE_INPUT_FIELDS)
         keep = [i for i, tag in enumerate(batch.tags) if not tag.get("is_padding", False)]
         responses = data["responses"].unbind()
         uids = _as_list(data["uid"])
@@ -239,13 +243,20 @@ class MicrocoderSyncTrainer(PPOTrainerSync):
 
     # ------------------------------------------------------------------ truncation mask
 
-    def _apply_truncation_mask(self, batch, metrics: dict) -> None:
+    def _verdict_field(self) -> str | None:
+        """The colocated reward step stores the verdict as a top-level field: read unless it would shadow one of
+        verl's own fields (TQ silently leaves out fields no row has)."""
+        key = self.mc_config.mask.verdict_key
+        return key if key not in MASK_INPUT_FIELDS + TEMPERATURE_INPUT_FIELDS else None
+
+    def _mask_input_fields(self) -> list[str]:
+        top_key = self._verdict_field()
+        return MASK_INPUT_FIELDS + ([top_key] if top_key else [])
+
+    def _apply_truncation_mask(self, batch, data, metrics: dict) -> None:
+        """``data``: the step's rows with at least :meth:`_mask_input_fields`."""
         cfg = self.mc_config.mask
-        # the colocated reward step stores the verdict as a top-level field (read unless it would shadow one of
-        # verl's own fields); TQ silently leaves out fields no row has
-        top_key = cfg.verdict_key if cfg.verdict_key not in MASK_INPUT_FIELDS else None
-        select = MASK_INPUT_FIELDS + ([top_key] if top_key else [])
-        data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=select)
+        top_key = self._verdict_field()
         present = set(data.keys())
         n = len(batch.keys)
         extra = _as_list(data["extra_fields"]) if "extra_fields" in present else [None] * n
