@@ -253,3 +253,15 @@ def generate_kwargs(args) -> dict:
 @pytest.fixture(scope="session")
 def make_generate_kwargs():
     return generate_kwargs
+
+
+@pytest.fixture(scope="session")
+def make_rollout_actor(tokenizer):
+    """``make_rollout_actor(args, script)``: the real ``RolloutRayActor`` (see :func:`rollout_actor`) whose vLLM
+    engine is a :class:`FakeAsyncLLM` answering from ``script``; kept after the call (``actor.llm.requests`` records
+    every request's ``SamplingParams``), e.g. behind a handle that ``SamplesGenerator`` dispatches to."""
+    def make(args, script):
+        with pytest.MonkeyPatch.context() as mp:
+            install_fake_vllm(mp, tokenizer, script)
+            return rollout_actor(args)
+    return make
