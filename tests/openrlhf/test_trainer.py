@@ -32,7 +32,7 @@ from types import SimpleNamespace
 
 import pytest
 
-pytestmark = [pytest.mark.openrlhf, pytest.mark.slow]
+pytestmark = pytest.mark.openrlhf  # the tests that start Ray are marked slow
 import openrlhf  # noqa: F401  (a missing framework fails, never skips)
 import torch
 from openrlhf.utils.deepspeed import DeepspeedStrategy
@@ -308,7 +308,7 @@ def ray_cluster():
 
     module = sys.modules[__name__]
     cloudpickle.register_pickle_by_value(module)
-    assert not ray.is_initialized()
+    assert not ray.is_initialized(), "another test left Ray running (this module needs its own runtime_env)"
     t = time.time()
     ray.init(num_cpus=2, num_gpus=1, include_dashboard=False, log_to_driver=False,
              runtime_env={"worker_process_setup_hook": _worker_setup_hook,
@@ -359,6 +359,7 @@ def test_set_actor_temperature_needs_a_model():
         get_actor_temperature(SimpleNamespace(actor=object()))
 
 
+@pytest.mark.slow
 def test_log_prob_temperature_reaches_the_workers(model_groups, tokenizer, make_prompt):
     """The trainer's ``mc_set_model_temperature`` (``__ray_call__`` with ``set_actor_temperature``) on real policy
     and reference actors: ``Actor.temperature`` and the log-probs ``PolicyModelActor.forward`` returns follow it."""
@@ -417,6 +418,7 @@ def fitted(model_groups, cli, files, reward_files, make_rollout_actor, make_prom
     return SimpleNamespace(trainer=trainer, llm=rollout.llm, args=args, init=init, script=script)
 
 
+@pytest.mark.slow
 def test_init_wires_mask_and_temperature(fitted):
     assert isinstance(fitted.init["mask_hook"], mc_trainer.TruncationMaskHook)
     assert fitted.init["mask_hook"].max_response_length == MAX_NEW
@@ -424,6 +426,7 @@ def test_init_wires_mask_and_temperature(fitted):
     assert fitted.trainer.mc.preset == "microcoder"
 
 
+@pytest.mark.slow
 def test_sampling_params_follow_the_controller(fitted):
     """The ``SamplingParams`` the real rollout actor received, built by the real ``_dispatch_prompts_to_vllm`` from
     the generate kwargs ``fit()`` handed to ``generate_samples``: T0 for step 19, T1 after the stage switch."""
@@ -435,6 +438,7 @@ def test_sampling_params_follow_the_controller(fitted):
     assert fitted.trainer.generate_kwargs["temperature"] == ctl.temperature(SWITCH + 1) == T1
 
 
+@pytest.mark.slow
 def test_old_log_probs_at_the_step_temperature(fitted):
     """The experiences train_step appended to the worker's replay buffer carry old log-probs computed (by the Ray
     worker's ``PolicyModelActor.forward``) at the step's temperature, not at the other stage's."""
@@ -458,6 +462,7 @@ def _expected_case(tokenizer, response_text):
     raise AssertionError(f"no scripted completion gives {response_text!r}")
 
 
+@pytest.mark.slow
 def test_mask_inside_the_real_train_step(fitted, tokenizer):
     """rho = 1: exactly the truncated, non-incorrect, non-repeating samples reached the replay buffer with zero
     advantages and returns; the others keep OpenRLHF's group_norm values."""
@@ -479,6 +484,7 @@ def test_mask_inside_the_real_train_step(fitted, tokenizer):
     assert sorted(masked_per_step) == [1.0, 2.0]
 
 
+@pytest.mark.slow
 def test_step_status_has_microcoder_floats(fitted):
     logged = fitted.trainer.logged
     assert sorted(logged) == [SWITCH, SWITCH + 1]  # fit() logs with the step train_step returns
@@ -506,6 +512,7 @@ def test_step_status_has_microcoder_floats(fitted):
         {(0.75, 0.25), (0.5, 0.5)}
 
 
+@pytest.mark.slow
 def test_checkpoint_carries_and_restores_the_controller(fitted, model_groups, cli, files, reward_files):
     import ray
 
@@ -528,6 +535,7 @@ def test_checkpoint_carries_and_restores_the_controller(fitted, model_groups, cl
     assert resumed._mc_model_temperature is None  # so its first train_step sets the actors' temperature
 
 
+@pytest.mark.slow
 def test_resume_without_our_state_warns(fitted, model_groups, cli, files, reward_files, caplog):
     import ray
 
@@ -546,6 +554,7 @@ def test_resume_without_our_state_warns(fitted, model_groups, cli, files, reward
     assert resumed.generate_kwargs["temperature"] == T1
 
 
+@pytest.mark.slow
 def test_train_step_refuses_samples_of_another_temperature(fitted):
     trainer = fitted.trainer
     saved = trainer.generate_kwargs["temperature"]
@@ -655,3 +664,30 @@ def test_diversity_inputs_follow_openrlhfs_sample_layout(caplog):
         mc_trainer.logger.removeHandler(caplog.handler)
     assert groups == ["a", "bb", "a", "bb"]
     assert "mixes prompts" in caplog.text
+
+
+def _w_trainer_state(trainer_self):
+    return dict(cls=type(trainer_self).__qualname__, preset=trainer_self.mc.preset,
+                temperature=trainer_self.generate_kwargs["temperature"],
+                hook=type(trainer_self.experience_maker.compute_advantages_and_returns).__name__)
+
+
+@pytest.mark.slow
+def test_the_remote_trainer_starts_as_openrlhf_starts_it(model_groups, cli, files, reward_files):
+    """``MicrocoderPPOTrainerRemote.remote(...)`` with the arguments OpenRLHF's ``train()`` passes: the class is
+    unpickled in a fresh Ray worker (module import + version guard there), ``__init__`` runs in the actor."""
+    import ray
+
+    args = trainer_args(cli, files, reward_files["reward_fns"])
+    t = time.time()
+    handle = mc_trainer.MicrocoderPPOTrainerRemote.remote(
+        args.actor.model_name_or_path, DeepspeedStrategy(args=args), model_groups.policy, None, None, None, None,
+        do_sample=True, max_len=args.data.max_len, max_new_tokens=args.rollout.max_new_tokens,
+        temperature=args.rollout.temperature, top_p=args.rollout.top_p)
+    try:
+        assert ray.get(handle.get_max_steps.remote()) == 2  # 2 prompts x 4 samples / train batch 4
+        assert ray.get(handle.__ray_call__.remote(_w_trainer_state)) == dict(
+            cls="MicrocoderPPOTrainer", preset="microcoder", temperature=T0, hook="TruncationMaskHook")
+    finally:
+        ray.kill(handle)
+    print(f"remote trainer: {time.time() - t:.1f}s")
