@@ -225,7 +225,7 @@ def _fmt(value: Any) -> str:
     if value is None:
         return "null"
     if isinstance(value, float):
-        return f"{value:g}"
+        return repr(value)  # as typed: 1.0, 0.28, 1e-06
     if isinstance(value, (list, tuple)):
         return " ".join(_fmt(v) for v in value)
     return str(value)

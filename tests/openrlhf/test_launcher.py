@@ -172,7 +172,7 @@ def test_every_conflict_is_reported_at_once(run):
 def test_rollout_temperature_is_never_overridable_under_microcoder(run):
     for extra in ([], ["--mc.allow_override"]):
         _, _, err = run("--rollout.temperature", "1.0", *extra, code=1)
-        assert "error: --rollout.temperature 1 contradicts --mc.preset microcoder" in err
+        assert "error: --rollout.temperature 1.0 contradicts --mc.preset microcoder" in err
         assert "--mc.allow_override does not apply" in err
     result, _, _ = run("--rollout.temperature", "0.8", "--mc.temperature.value", "0.8")
     assert result.args.rollout.temperature == pytest.approx(0.8)
@@ -265,6 +265,7 @@ def test_trainer_swap_only_where_the_preset_needs_it_and_everything_restored(run
     else:
         assert result.trainer is originals[0]
     assert (ppo_trainer.PPOTrainer, openrlhf_config.hierarchize, ray.is_initialized, sys.argv) == originals
+    assert not ray.is_initialized()  # the dry run stopped before ray.init()
     dry("--algo.kl.init_coef", "0.5", code=1)  # refused runs restore too
     assert (ppo_trainer.PPOTrainer, openrlhf_config.hierarchize, ray.is_initialized, sys.argv) == originals
 
