@@ -29,6 +29,9 @@ from types import SimpleNamespace
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
+# support modules of this folder (openrlhf_cases.py) are imported by their plain names
+if str(Path(__file__).parent) not in sys.path:
+    sys.path.insert(0, str(Path(__file__).parent))
 REWARD_FILES = {"reward_fns": ROOT / "reward_fns" / "openrlhf_reward.py",
                 "in_wheel": ROOT / "microcoder_ext" / "openrlhf" / "openrlhf_reward.py"}
 

@@ -8,7 +8,6 @@ trip -> real ``PolicyLoss`` (token-level, clip-higher).
 """
 
 import copy
-import json
 
 import pytest
 
@@ -21,49 +20,14 @@ from microcoder_ext.core.config import MaskConfig  # noqa: E402
 from microcoder_ext.core.masking import conditional_truncation_mask  # noqa: E402
 from microcoder_ext.openrlhf.advantage_mask import MASKED_KEY, apply_truncation_mask, response_tokens  # noqa: E402
 
-N = 4
-MAX_NEW = 96  # tokens (= bytes with the byte tokenizer)
-M = 4  # repeat window for these short responses
-SUM_TESTS = json.dumps({"inputs": ["1 2\n", "10 20\n"], "outputs": ["3\n", "30\n"]})
-CALL_TESTS = json.dumps({"inputs": [[2, 3], [5, 5]], "outputs": [6, 25], "fn_name": "mul"})
-SUM = "a, b = map(int, input().split())\nprint(a + b)"
-MUL = "def mul(a, b):\n    return a * b"
-# non-periodic filler that pushes a response past MAX_NEW
-FILLER = "\nWhy it works: input gives two numbers, we split them, convert each one and print the total quickly. " \
-         "Complexity is constant; edge cases: negative values, zero, large inputs near the limits of int."
+from openrlhf_cases import BROKEN_ROW, CASES as _CASES, MAX_NEW, M, N, masked_at_rho_1, per_sample  # noqa: E402
 
-
-def fence(code):
-    return f"```python\n{code}\n```"
-
-
-# prompt -> (label, [(completion, verdict, truncated, repeating tail)])
-CASES = {
-    "Read two integers and print their sum.": (SUM_TESTS, [
-        (fence(SUM) + FILLER, V.CORRECT, True, False),  # masked
-        (fence("a, b = map(int, input().split())\nprint(a - b)") + FILLER, V.WRONG_ANSWER, True, False),  # incorrect
-        ("```python\n" + "ab" * 80, V.NO_ANSWER, True, True),  # truncated but repeating
-        (fence(SUM), V.CORRECT, False, False),
-    ]),
-    "Multiply two integers.": (CALL_TESTS, [
-        ("Thinking it through." + FILLER, V.NO_ANSWER, True, False),  # masked only in non_incorrect
-        (fence(MUL), V.CORRECT, False, False),
-        (fence("def mul(a, b):\n    return a + b"), V.WRONG_ANSWER, False, False),
-        (fence(MUL) + FILLER, V.CORRECT, True, False),  # masked
-    ]),
-    "Print the answer (broken dataset row).": ("{not json", [
-        (fence(SUM) + FILLER, V.SANDBOX_ERROR, True, False),  # masked only in non_incorrect
-        (fence("print(3)"), V.SANDBOX_ERROR, False, False),
-        ("no code", V.SANDBOX_ERROR, False, False),
-        (fence("print(1)"), V.SANDBOX_ERROR, False, False),
-    ]),
-}
+CASES = {**_CASES, BROKEN_ROW[0]: BROKEN_ROW[1]}
 EXPECTED = [s for _, (_, samples) in CASES.items() for s in samples]
 
 
 def expected_mask(mode):
-    ok = (lambda v: v not in V.INCORRECT) if mode == "non_incorrect" else (lambda v: v == V.CORRECT)
-    return [trunc and ok(v) and not rep for _, v, trunc, rep in EXPECTED]
+    return [masked_at_rho_1(v, trunc, rep, mode) for _, v, trunc, rep in EXPECTED]
 
 
 @pytest.fixture(scope="module")
@@ -98,15 +62,6 @@ def flow(cli, reward_files, tokenizer, rollout_responses, make_generate_kwargs, 
         return maker.compute_advantages_and_returns(batches)
 
     return SimpleNamespace(args=args, step=step)
-
-
-def per_sample(batches, fn):
-    """``fn(batch, row)`` for every sample, in the rollout order (``exp.index``)."""
-    out = {}
-    for b in batches:
-        for j, i in enumerate(b.index):
-            out[i] = fn(b, j)
-    return [out[i] for i in range(len(out))]
 
 
 def test_rollout_matches_the_cases(flow):

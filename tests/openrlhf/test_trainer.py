@@ -42,42 +42,16 @@ from microcoder_ext.core.config import ConfigError, parse_config  # noqa: E402
 from microcoder_ext.openrlhf import presets  # noqa: E402
 from microcoder_ext.openrlhf import trainer as mc_trainer  # noqa: E402
 from microcoder_ext.openrlhf.settings import OpenRLHFSettings  # noqa: E402
+from openrlhf_cases import CASES as SHARED_CASES, MAX_NEW, MUL, M, N, fence, masked_at_rho_1  # noqa: E402
 
 STUBS_FILE = str(Path(__file__).resolve().parents[2] / "compat" / "cpu_stubs.py")
-N = 4
-MAX_NEW = 96
-M = 4
 T0, T1, SWITCH = 0.6, 1.2, 20  # staged: [[0, 0.6], [20, 1.2]]
 FIRST_STEP = SWITCH - 1  # fit() runs steps 19 (T0) and 20 (T1)
 STAGED = {"mode": "staged", "stages": [[0, T0], [SWITCH, T1]]}
 
-SUM_TESTS = json.dumps({"inputs": ["1 2\n", "10 20\n"], "outputs": ["3\n", "30\n"]})
-CALL_TESTS = json.dumps({"inputs": [[2, 3], [5, 5]], "outputs": [6, 25], "fn_name": "mul"})
-SUM = "a, b = map(int, input().split())\nprint(a + b)"
-MUL = "def mul(a, b):\n    return a * b"
-FILLER = "\nWhy it works: input gives two numbers, we split them, convert each one and print the total quickly. " \
-         "Complexity is constant; edge cases: negative values, zero, large inputs near the limits of int."
-
-
-def fence(code):
-    return f"```python\n{code}\n```"
-
-
 # prompt -> (label, [(completion, masked at rho = 1)])
-CASES = {
-    "Read two integers and print their sum.": (SUM_TESTS, [
-        (fence(SUM) + FILLER, True),  # truncated + correct
-        (fence("a, b = map(int, input().split())\nprint(a - b)") + FILLER, False),  # truncated + wrong answer
-        ("```python\n" + "ab" * 80, False),  # truncated, repeating tail
-        (fence(SUM), False),
-    ]),
-    "Multiply two integers.": (CALL_TESTS, [
-        ("Thinking it through." + FILLER, True),  # truncated + no answer
-        (fence(MUL), False),
-        (fence("def mul(a, b):\n    return a + b"), False),
-        (fence(MUL) + FILLER, True),  # truncated + correct
-    ]),
-}
+CASES = {prompt: (label, [(c, masked_at_rho_1(v, trunc, rep)) for c, v, trunc, rep in samples])
+         for prompt, (label, samples) in SHARED_CASES.items()}
 
 
 # ------------------------------------------------------------------------------------ run inside the Ray workers

@@ -6,7 +6,6 @@ The end-to-end run inside the real ``train_step`` is in ``test_trainer.py``.
 """
 
 import copy
-import json
 
 import pytest
 
@@ -18,38 +17,10 @@ from microcoder_ext.core import verdicts as V  # noqa: E402
 from microcoder_ext.core.config import MaskConfig  # noqa: E402
 from microcoder_ext.openrlhf.advantage_mask import MASKED_KEY, apply_truncation_mask  # noqa: E402
 
-N = 4
-MAX_NEW = 96
-M = 4
-SUM_TESTS = json.dumps({"inputs": ["1 2\n", "10 20\n"], "outputs": ["3\n", "30\n"]})
-CALL_TESTS = json.dumps({"inputs": [[2, 3], [5, 5]], "outputs": [6, 25], "fn_name": "mul"})
-SUM = "a, b = map(int, input().split())\nprint(a + b)"
-MUL = "def mul(a, b):\n    return a * b"
-FILLER = "\nWhy it works: input gives two numbers, we split them, convert each one and print the total quickly. " \
-         "Complexity is constant; edge cases: negative values, zero, large inputs near the limits of int."
+from openrlhf_cases import CASES, MAX_NEW, M, N, masked_at_rho_1, per_sample  # noqa: E402
 
-
-def fence(code):
-    return f"```python\n{code}\n```"
-
-
-# prompt -> (label, [(completion, verdict, truncated, repeating tail)])
-CASES = {
-    "Read two integers and print their sum.": (SUM_TESTS, [
-        (fence(SUM) + FILLER, V.CORRECT, True, False),  # masked
-        (fence("a, b = map(int, input().split())\nprint(a - b)") + FILLER, V.WRONG_ANSWER, True, False),
-        ("```python\n" + "ab" * 80, V.NO_ANSWER, True, True),  # truncated, but the tail repeats
-        (fence(SUM), V.CORRECT, False, False),
-    ]),
-    "Multiply two integers.": (CALL_TESTS, [
-        ("Thinking it through." + FILLER, V.NO_ANSWER, True, False),  # masked (non_incorrect)
-        (fence(MUL), V.CORRECT, False, False),
-        (fence("def mul(a, b):\n    return a + b"), V.WRONG_ANSWER, False, False),
-        (fence(MUL) + FILLER, V.CORRECT, True, False),  # masked
-    ]),
-}
 EXPECTED = [s for _, (_, samples) in CASES.items() for s in samples]
-MASKED = [trunc and v not in V.INCORRECT and not rep for _, v, trunc, rep in EXPECTED]
+MASKED = [masked_at_rho_1(v, trunc, rep) for _, v, trunc, rep in EXPECTED]
 
 
 @pytest.fixture(scope="module")
@@ -83,14 +54,6 @@ def flow(cli, reward_files, tokenizer, rollout_responses, make_generate_kwargs, 
         return out
 
     return SimpleNamespace(args=args, maker=maker, batches=batches)
-
-
-def per_sample(batches, fn):
-    out = {}
-    for b in batches:
-        for j, i in enumerate(b.index):
-            out[i] = fn(b, j)
-    return [out[i] for i in range(len(out))]
 
 
 def test_the_rollout_is_what_the_cases_say(flow):
