@@ -33,7 +33,8 @@ _pip() {
 # the constraints file. deepspeed is an sdist whose setup.py imports torch: no build isolation (CPU, no ops built).
 _install_openrlhf() {
   local venv=$1 c=$2 extras=$3
-  _pip "$venv" install -c "$c" transformers ray sympy pylatexenc aiohttp peft torchdata datasets pillow || return 1
+  # + tensorboard: OpenRLHF's --logger.tensorboard_dir writer (tests read the metrics back from its event files)
+  _pip "$venv" install -c "$c" transformers ray sympy pylatexenc aiohttp peft torchdata datasets pillow tensorboard || return 1
   _pip "$venv" install -c "$c" --no-build-isolation deepspeed || return 1
   _pip "$venv" install -c "$c" --no-deps openrlhf || return 1
   _pip "$venv" install -c "$c" -e "$ROOT[$extras]"

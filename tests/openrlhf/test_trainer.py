@@ -377,7 +377,7 @@ def fitted(model_groups, cli, files, reward_files, make_rollout_actor, make_prom
     from openrlhf.utils import get_strategy
 
     t = time.time()
-    args = trainer_args(cli, files, reward_files["reward_fns"])
+    args = trainer_args(cli, files, reward_files["reward_fns"], "--logger.tensorboard_dir", str(files.root / "tb"))
     script = {make_prompt(p): [c for c, _ in samples] for p, (_, samples) in CASES.items()}
     rollout = make_rollout_actor(args, script)
     strategy = get_strategy(args)
@@ -456,6 +456,29 @@ def test_mask_inside_the_real_train_step(fitted, tokenizer):
     masked_per_step = [sum(float(r["info"]["mc_trunc_masked"]) for r in fitted.trainer.trained[s])
                        for s in (FIRST_STEP, SWITCH)]
     assert sorted(masked_per_step) == [1.0, 2.0]
+
+
+@pytest.mark.slow
+def test_metrics_reach_openrlhf_tensorboard_logger(fitted, files):
+    """OpenRLHF's own ``TensorboardLogger`` (``--logger.tensorboard_dir``) wrote the ``microcoder/*`` step metrics
+    as ``train/microcoder/*`` scalars; read back from its event files."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    fitted.trainer.tensorboard_logger.close()  # fit() closes it too; flush in any case
+    runs = [p for p in (files.root / "tb").rglob("events.out.tfevents.*")]
+    assert runs, "no TensorBoard event file"
+    scalars = {}
+    for path in runs:
+        acc = EventAccumulator(str(path), size_guidance={"scalars": 0})
+        acc.Reload()
+        for tag in acc.Tags()["scalars"]:
+            scalars.setdefault(tag, {}).update({e.step: e.value for e in acc.Scalars(tag)})
+    for key in ("microcoder/masked_frac", "microcoder/truncated_frac", "microcoder/verdict/correct",
+                "microcoder/temperature", "microcoder/diversity/distinct4"):
+        assert sorted(scalars[f"train/{key}"]) == [SWITCH, SWITCH + 1], key
+        for step in (SWITCH, SWITCH + 1):
+            assert scalars[f"train/{key}"][step] == pytest.approx(fitted.trainer.logged[step][key], abs=1e-6)
+    assert [scalars["train/microcoder/temperature"][s] for s in (SWITCH, SWITCH + 1)] == pytest.approx([T0, T1])
 
 
 @pytest.mark.slow
