@@ -13,7 +13,7 @@ PYTHON=${PYTHON:-python3}
 
 _venv_spec() {  # NAME -> "constraints extras"
   case "$1" in
-    verl) echo "constraints-verl-0.9.1.txt verl,test" ;;
+    verl) echo "constraints-verl-0.9.1.txt verl,test,repro" ;;
     openrlhf) echo "constraints-openrlhf-0.11.2.txt test" ;;
     *) echo "unknown venv '$1'" >&2; return 1 ;;
   esac

@@ -17,6 +17,9 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "recipe": ("microcoder_ext.verl.recipe_cli", "show or list the verl Hydra recipes (+recipe=...)"),
     "eval-code": ("microcoder_ext.reward.cli", "score a JSONL of (response, tests) with the code reward"),
     "temperature": ("microcoder_ext.temperature_cli", "probe output diversity at candidate temperatures"),
+    "data": ("microcoder_ext.data.cli", "prepare training/evaluation data (verl parquet, OpenRLHF JSONL), difficulty"),
+    "eval": ("microcoder_ext.eval.cli", "pass@1 / pass@k by platform x difficulty (LiveCodeBench-style)"),
+    "plot": ("microcoder_ext.eval.plot_cli", "the paper's training-curve panels from run logs"),
 }
 
 
