@@ -6,7 +6,7 @@ unavailable -> a clear error).
         deepcoder|microcoder|problems] [--format verl,openrlhf[,problems]] [--difficulty easy,medium,hard]
         [--platform P,...] [--date-from DAY] [--date-before DAY] [--release v6] [--min-difficulty X]
         [--no-dedup] [--near-dup-threshold 0.8] [--decontaminate EVALFILE...] [--val-size N | --val-from FILE]
-        [--limit N] [--seed S] [--report FILE.json]
+        [--test-options FILE.jsonl] [--limit N] [--seed S] [--report FILE.json]
 
 Exit status: 0 written, 1 nothing kept, 2 usage error or unreadable input.
 """
@@ -21,7 +21,7 @@ from collections import Counter, defaultdict
 from pathlib import Path
 
 from .lcb import RELEASE_WINDOWS
-from .sources import SHAPES, Drop, SchemaReport, SourceError, iter_source, read_problems
+from .sources import SHAPES, Drop, RowError, SchemaReport, SourceError, iter_source, read_problems, validate
 from .writers import FORMATS
 
 DIFFICULTY_MODULE = "microcoder_ext.data.difficulty_cli"
@@ -64,6 +64,11 @@ def add_prepare_arguments(p: argparse.ArgumentParser) -> None:
                         "contamination (default 0.5)")
     g.add_argument("--decontam-by", type=_csv, default=["id", "title", "ngram"],
                    help="checks to run (comma-separated: id,title,ngram; default all)")
+    g.add_argument("--test-options", metavar="FILE.jsonl",
+                   help="per-problem judging options merged into the tests: JSON lines with `id` (the problem id, "
+                        "e.g. code_contests/4, or the source row id, 4) and any of checker, float_tol, time_limit, "
+                        "case_sensitive, line_sensitive, unordered, memory_limit_mb (e.g. "
+                        "bench/data/code_contests_refs.jsonl)")
     s = p.add_argument_group("splits")
     s.add_argument("--val-size", type=int, default=0, help="hold out N problems (after the shuffle) as val")
     s.add_argument("--val-from", metavar="FILE", help="validation problems from this SOURCE instead (training rows "
@@ -135,6 +140,36 @@ def _build_filters(args, log):
     return filters
 
 
+#: ground-truth options ``--test-options`` may set (see ``microcoder_ext/reward/ground_truth.py``)
+TEST_OPTIONS = ("checker", "float_tol", "time_limit", "case_sensitive", "line_sensitive", "unordered",
+                "memory_limit_mb")
+
+
+def load_test_options(path: str) -> dict[str, dict]:
+    """``--test-options``: id -> options (only :data:`TEST_OPTIONS` keys with a value)."""
+    out = {}
+    try:
+        with open(path, encoding="utf-8") as f:
+            for n, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                row = json.loads(line)
+                if not isinstance(row, dict) or row.get("id") in (None, ""):
+                    raise ValueError(f"line {n}: an object with an `id` expected")
+                opts = {k: row[k] for k in TEST_OPTIONS if row.get(k) is not None}
+                if opts:
+                    out[str(row["id"])] = opts
+    except (OSError, ValueError) as e:
+        raise SourceError(f"--test-options {path}: {e}") from None
+    return out
+
+
+def _apply_test_options(p, options: dict[str, dict]) -> None:
+    opts = options.get(p.id) or options.get(p.id.rsplit("/", 1)[-1])
+    if opts:
+        p.tests = {**p.tests, **opts}
+
+
 def format_summary(stats: dict, order: list[str]) -> str:
     """The table: per SOURCE rows read, kept, dropped; under each its drop reasons; then the totals."""
     name_w = max([len("source")] + [min(len(o), 60) for o in order] + [len("  " + r) for s in stats.values()
@@ -183,6 +218,11 @@ def run_prepare(args) -> int:
         log(f"error: {e}")
         return 2
     val_ids = {p.id for p in val} if val else set()
+    try:
+        test_options = load_test_options(args.test_options) if args.test_options else {}
+    except SourceError as e:
+        log(f"error: {e}")
+        return 2
 
     try:
         from tqdm import tqdm
@@ -213,6 +253,15 @@ def run_prepare(args) -> int:
                     drops.append(item)
                     continue
                 st["shape"] = item.source if st["shape"] == "auto" else st["shape"]
+                if test_options:
+                    _apply_test_options(item, test_options)
+                    try:
+                        validate(item)
+                    except RowError as e:
+                        d = Drop("test-options", spec, item.id, e.reason, e.detail)
+                        st["reasons"][d.reason] += 1
+                        drops.append(d)
+                        continue
                 if item.id in val_ids:
                     d = Drop("filter", spec, item.id, "in validation set", f"id {item.id} is in --val-from")
                     st["reasons"][d.reason] += 1

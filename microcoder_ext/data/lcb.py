@@ -15,7 +15,8 @@ float, bool, None, list, tuple, dict, set) can run; a pickle that names any call
 capped (:data:`MAX_DECOMPRESSED`), and the decoded value must be a JSON list of tests.
 
 **Ground truth: LCB's own encoding is kept** (``{"tests": [public + private], "fn_name": name}``, each test with
-``input``, ``output``, ``testtype``), not converted to our dict format: ``microcoder_ext.reward`` judges LCB-typed
+``input``, ``output``, ``testtype``; ``setup_code`` = LCB's import header :data:`LCB_IMPORTS`, which LCB prepends to
+every program), not converted to our dict format: ``microcoder_ext.reward`` judges LCB-typed
 list tests exactly as LCB's ``testing_util`` does (functional: one JSON argument per input line, the output
 ``json.loads``-ed, compared as it is, **no** APPS ``[result]`` unwrapping, which the dict format would add;
 stdin: the input/output strings). ``fn_name`` sits at the top of the wrapper so
@@ -64,6 +65,16 @@ HUB_ID = "livecodebench/code_generation_lite"
 #: cap on the zlib-decompressed private tests (bytes): a zip bomb is refused, not expanded
 MAX_DECOMPRESSED = 1 << 30
 PLATFORMS = ("leetcode", "atcoder", "codeforces")
+#: the header LCB's ``testing_util.run_test`` prepends to every program (call-based and stdin): the LCB ground
+#: truth carries it as ``setup_code`` so that solutions using ``List``, ``defaultdict``, ``inf``... run as in LCB
+LCB_IMPORTS = ("from string import *\nfrom re import *\nfrom datetime import *\nfrom collections import *\n"
+               "from heapq import *\nfrom bisect import *\nfrom copy import *\nfrom math import *\n"
+               "from random import *\nfrom statistics import *\nfrom itertools import *\nfrom functools import *\n"
+               "from operator import *\nfrom io import *\nfrom sys import *\nfrom json import *\n"
+               "from builtins import *\nfrom typing import *\nimport string\nimport re\nimport datetime\n"
+               "import collections\nimport heapq\nimport bisect\nimport copy\nimport math\nimport random\n"
+               "import statistics\nimport itertools\nimport functools\nimport operator\nimport io\nimport sys\n"
+               "import json\nsys.setrecursionlimit(50000)\n")
 _FIELDS = ("question_title", "question_content", "platform", "question_id", "contest_id", "contest_date",
            "starter_code", "difficulty", "public_test_cases", "private_test_cases", "metadata")
 
@@ -87,7 +98,8 @@ class RestrictedUnpickler(pickle.Unpickler):
     """Unpickles plain values only: every global lookup (``GLOBAL``/``STACK_GLOBAL``/``INST``/``EXT*``, which all go
     through :meth:`find_class`) and every persistent id is refused, so ``REDUCE``/``BUILD``/``NEWOBJ`` never get a
     callable. Containers (list, tuple, dict, set, frozenset) and str/bytes/int/float/bool/None are built by
-    opcodes of their own and load normally."""
+    opcodes of their own and load normally (bytes from protocol 3 on: protocols 0-2 pickle bytes through the global
+    ``_codecs.encode``, which is refused; LCB pickles a str)."""
 
     def find_class(self, module: str, name: str):  # noqa: D401
         raise UnsafePickleError(f"the pickle references the global {module}.{name}; only plain values "
@@ -241,7 +253,7 @@ def problem_from_lcb_row(row: dict, *, source: str = "livecodebench") -> Problem
     if not isinstance(meta, dict):
         raise LCBRowError("malformed metadata", f"a {type(meta).__name__}, not an object")
     gt: dict = {"tests": [{"input": t["input"], "output": t["output"], "testtype": t.get("testtype", "stdin")}
-                          for t in tests]}
+                          for t in tests], "setup_code": LCB_IMPORTS}
     if types == {"functional"}:
         fn = meta.get("func_name")
         if not isinstance(fn, str) or not fn:
