@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from .breakdown import ALL, COLUMNS, ProblemResult, Table, breakdown, label, verdict_rates
 
 FORMAT = "microcoder-eval/1"
+REF_GREYS = ("0.75", "0.6", "0.88", "0.45")  # paper reference bars (hatched)
 
 
 @dataclass
@@ -169,13 +170,14 @@ def plot(runs: list[Run], k: int = 1, title: str = "", path: str | None = None):
             values = [run.table.value(row, c, k) for c in COLUMNS]
             heights = [float("nan") if v is None else v for v in values]
             xs = [j + (i - (len(runs) - 1) / 2) * width for j in range(len(COLUMNS))]
-            style = ({"color": "0.75", "hatch": "//", "edgecolor": "0.4"} if run.reference
-                     else {"color": colors[i % len(colors)]})
+            nref = sum(1 for r in runs[:i] if r.reference)
+            style = ({"color": REF_GREYS[nref % len(REF_GREYS)], "hatch": "//", "edgecolor": "0.3"} if run.reference
+                     else {"color": colors[(i - nref) % len(colors)]})
             bars = ax.bar(xs, heights, width, label=run.label, **style)
             ax.bar_label(bars, labels=["-" if v is None else f"{v:.1f}" for v in values], fontsize=7, padding=1)
         ax.set_title(label(row))
         ax.set_xticks(range(len(COLUMNS)), [label(c) for c in COLUMNS])
-        ax.set_ylim(0, 105)
+        ax.set_ylim(0, 110)
         ax.grid(axis="y", alpha=0.3)
     axes[0].set_ylabel(f"pass@{k} (%)")
     axes[-1].legend(fontsize=8, loc="upper right")
@@ -189,7 +191,7 @@ def title_for(run: Run | None, k: int) -> str:
     if run is None:
         return f"pass@{k} by platform x difficulty"
     s = run.settings
-    parts = [str(s.get("model") or s.get("responses") or run.label)]
+    parts = [run.label if run.label != s.get("model") else str(s["model"])]
     if s.get("n_samples"):
         parts.append(f"n={s['n_samples']}")
     parts.append(f"pass@{k}")
