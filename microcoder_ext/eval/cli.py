@@ -30,8 +30,9 @@ problems (one of):
                    extra_info.id/platform/difficulty/date) or OpenRLHF .jsonl[.gz] (prompt, label, meta_*),
                    or JSONL of Problem records (id, statement, tests, platform, difficulty, date, ...)
   --lcb FILE|HUB   a LiveCodeBench code_generation_lite file or hub id (microcoder_ext.data.lcb.read_lcb)
-  --release v6 | --start-date/--end-date (YYYY-MM-DD, inclusive) select problems by contest date
-  (LiveCodeBench v6 as in the paper: --release v6 = 2025-02-01..2025-05-01, 175 problems)
+  --release v6 and/or --start-date/--end-date select problems by contest date, half-open
+  [start, end) as microcoder_ext.data.lcb.window (explicit dates override the release's ends);
+  LiveCodeBench v6 as in the paper: --release v6 = [2025-02-01, 2025-05-01), 175 problems
 
 responses (one of):
   --responses FILE.jsonl  {"id": ID, "responses": [TEXT, ...]} or {"id": ID, "response": TEXT} per line
@@ -69,8 +70,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     src.add_argument("--problems", metavar="FILE", help="prepared problems (.parquet, .jsonl[.gz])")
     src.add_argument("--lcb", metavar="FILE|HUB_ID", help="LiveCodeBench file or hub id (read_lcb)")
     src.add_argument("--release", metavar="NAME", help="LiveCodeBench release window, e.g. v6")
-    src.add_argument("--start-date", metavar="YYYY-MM-DD", help="first contest date (inclusive)")
-    src.add_argument("--end-date", metavar="YYYY-MM-DD", help="last contest date (inclusive)")
+    src.add_argument("--start-date", metavar="YYYY-MM-DD", help="first contest date (included)")
+    src.add_argument("--end-date", metavar="YYYY-MM-DD", help="end of the window (excluded)")
     src.add_argument("--allow-missing", action="store_true",
                      help="leave out problems that have no response (default: exit 2)")
     gen = p.add_argument_group("responses")
@@ -132,8 +133,6 @@ def _check_args(args) -> tuple[int, ...]:
         raise EvalInputError("give exactly one of --responses FILE or --model PATH")
     if not scoring and (args.responses or args.model):
         raise EvalInputError("--responses/--model need --problems or --lcb")
-    if args.release and (args.start_date or args.end_date):
-        raise EvalInputError("give --release or --start-date/--end-date, not both")
     _check_date("start-date", args.start_date)
     _check_date("end-date", args.end_date)
     for name in ("n", "max_tokens", "tensor_parallel_size"):
@@ -246,18 +245,6 @@ def load_problems_file(path: str) -> list[EvalProblem]:
     return out
 
 
-def _release_window(release: str) -> tuple[str, str]:
-    try:
-        from microcoder_ext.data.lcb import RELEASE_WINDOWS
-    except ImportError as e:
-        raise EvalInputError(f"--release needs microcoder_ext.data.lcb ({e}); use --start-date/--end-date") from None
-    key = release if release in RELEASE_WINDOWS else release.lower()
-    if key not in RELEASE_WINDOWS:
-        raise EvalInputError(f"--release {release!r}: unknown (known: {', '.join(map(str, RELEASE_WINDOWS))})")
-    start, end = RELEASE_WINDOWS[key][:2]
-    return str(start), str(end)
-
-
 def load_problems(args) -> tuple[list[EvalProblem], dict]:
     """The problems to evaluate and the selection settings (source, date window)."""
     start, end = args.start_date, args.end_date
@@ -274,19 +261,28 @@ def load_problems(args) -> tuple[list[EvalProblem], dict]:
             raise EvalInputError(f"--lcb {args.lcb}: {e}") from None
         if not probs:
             raise EvalInputError(f"--lcb {args.lcb}: no problems in the selected window")
-        return probs, {"source": args.lcb, **sel}
+        from microcoder_ext.data.lcb import window
+
+        start, end = window(args.release, start, end)
+        return probs, {"source": args.lcb, **sel, "start_date": start, "end_date": end}
     probs = load_problems_file(args.problems)
-    if args.release:
-        start, end = _release_window(args.release)
+    if args.release or start or end:
+        try:
+            from microcoder_ext.data.lcb import in_window, window
+        except ImportError as e:
+            raise EvalInputError(f"a date window needs microcoder_ext.data.lcb ({e})") from None
+        try:
+            start, end = window(args.release, start, end)
+        except ValueError as e:
+            raise EvalInputError(f"--release: {e}") from None
         sel.update(start_date=start, end_date=end)
-    if start or end:
         undated = [p.id for p in probs if not p.date]
         if undated:
             raise EvalInputError(f"{args.problems}: a date window was given but {len(undated)} problems have no "
                                  f"date (e.g. {', '.join(undated[:3])})")
-        probs = [p for p in probs if (not start or str(p.date)[:10] >= start) and (not end or str(p.date)[:10] <= end)]
+        probs = [p for p in probs if in_window(str(p.date)[:10], start, end)]
         if not probs:
-            raise EvalInputError(f"{args.problems}: no problem dated {start or '...'}..{end or '...'}")
+            raise EvalInputError(f"{args.problems}: no problem dated in [{start or '...'}, {end or '...'})")
     return probs, {"source": args.problems, **sel}
 
 

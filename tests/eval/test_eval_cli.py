@@ -253,11 +253,54 @@ def test_unknown_ids_and_missing_responses_exit_2(files, tmp_path, capsys, no_sc
 
 def test_date_window_on_prepared_file(files, tmp_path, capsys, no_scoring):
     d, probs = files
-    # dates 2025-02-10, 03-11, 04-12, 02-13, 03-14, 04-15: a window keeps two, then the missing check fires
+    # dates 2025-02-10, 03-11, 04-12, 02-13, 03-14, 04-15; windows are half-open [start, end) as in data.lcb
     assert main(["eval", "--problems", str(d / "problems.parquet"), "--responses", str(d / "run2.jsonl"),
-                 "--start-date", "2025-04-01", "--end-date", "2025-04-30"]) == 2
-    err = capsys.readouterr().err
-    assert "responses for 4 unknown problem ids" in err  # 2 problems left in the window
+                 "--start-date", "2025-04-01", "--end-date", "2025-04-15"]) == 2
+    err = capsys.readouterr().err  # 04-12 kept, 04-15 not: the other five ids are unknown in the window
+    assert "responses for 5 unknown problem ids" in err and "leetcode/longest-valid-parentheses" in err
+    assert main(["eval", "--problems", str(d / "problems.parquet"), "--responses", str(d / "run2.jsonl"),
+                 "--release", "v5"]) == 2
+    assert "no problem dated in [2024-10-01, 2025-02-01)" in capsys.readouterr().err
+    assert main(["eval", "--problems", str(d / "problems.parquet"), "--responses", str(d / "run2.jsonl"),
+                 "--release", "v99"]) == 2
+    assert "unknown LiveCodeBench release 'v99'" in capsys.readouterr().err
+
+
+def test_lcb_file_release_v6(env, tmp_path, capsys):
+    """--lcb with --release v6: LiveCodeBench rows (AtCoder stdin, LeetCode functional with private tests
+    in LCB's base64/zlib/pickle encoding) read by data.lcb.read_lcb, the one dated before v6 left out."""
+    from microcoder_ext.data import lcb
+
+    def row(qid, platform, difficulty, date, tests, meta):
+        return {"question_title": qid, "question_content": f"Problem {qid}.", "platform": platform,
+                "question_id": qid, "contest_id": "c", "contest_date": date, "starter_code": "",
+                "difficulty": difficulty, "public_test_cases": json.dumps(tests[:1]),
+                "private_test_cases": lcb.encode_private_tests(tests[1:]), "metadata": json.dumps(meta)}
+
+    stdin = [{"input": f"{a} {b}\n", "output": f"{a * b}\n", "testtype": "stdin"} for a, b in [(2, 3), (10, 10), (0, 7)]]
+    func = [{"input": f"{json.dumps(x)}\n{k}", "output": json.dumps([v + k for v in x]), "testtype": "functional"}
+            for x, k in [([1, 2], 3), ([], 1), ([-5, 10], -1)]]
+    rows = [row("abc400_a", "atcoder", "easy", "2025-04-05T12:00:00", stdin, {}),
+            row("3500", "leetcode", "medium", "2025-03-09T02:30:00", func, {"func_name": "addPairs"}),
+            row("abc390_a", "atcoder", "easy", "2025-01-25T12:00:00", stdin, {})]
+    src = tmp_path / "lcb.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    mult = "```python\na, b = map(int, input().split())\nprint(a * b)\n```"
+    add = ("```python\nclass Solution:\n    def addPairs(self, nums, k):\n        return [v + k for v in nums]\n```")
+    resp = tmp_path / "resp.jsonl"
+    resp.write_text(json.dumps({"id": "lcb/abc400_a", "responses": [mult, "```python\nprint(0)\n```"]}) + "\n"
+                    + json.dumps({"id": "lcb/3500", "responses": [add, add]}) + "\n")
+    out_json = tmp_path / "lcb.json"
+    assert main(["eval", "--lcb", str(src), "--release", "v6", "--responses", str(resp), "--k", "1,2",
+                 "--workers", "2", "--no-progress", "--json", str(out_json)]) == 0
+    rows_out = {line.split()[0]: line.split()[1:] for line in block(capsys.readouterr().out, 1).splitlines()[2:]}
+    assert rows_out["AtCoder"] == ["50.0", "(1)", "-", "-", "50.0", "(1)"]
+    assert rows_out["LeetCode"] == ["-", "100.0", "(1)", "-", "100.0", "(1)"]
+    assert rows_out["All"] == ["50.0", "(1)", "100.0", "(1)", "-", "75.0", "(2)"]
+    doc = json.loads(out_json.read_text())
+    assert doc["settings"]["problems"] == {"source": str(src), "start_date": "2025-02-01",
+                                           "end_date": "2025-05-01", "release": "v6"}
+    assert doc["table"]["cells"]["all"]["all"]["pass_at"] == {"1": 75.0, "2": 100.0}
 
 
 def test_model_without_vllm_exits_2(files, capsys, no_scoring):
