@@ -141,9 +141,9 @@ def complexity_class(n: float) -> tuple[str, float]:
 # ----------------------------------------------------------------------------------------------- constraints
 _NUM = r"\d+(?:\.\d+)?(?:\s*\*\s*10\s*\^\s*\d+|\s*\^\s*\d+|[eE]\+?\d+)?"
 _UPPER = re.compile(r"(?P<lhs>[^<>=\n;:]{1,60}?)\s*(?P<op><=|<)\s*(?P<num>" + _NUM + r")(?![\d.^]|\s*\*\s*10|[eE]\d)")
-_PHRASE = re.compile(r"(?P<lhs>[^\n;:]{0,60}?)\b(?:does not exceed|doesn't exceed|do not exceed|don't exceed|is at most|"
-                     r"are at most|at most|no more than|not more than|up to)\s+(?P<num>" + _NUM + r")(?![\d.^])",
-                     re.IGNORECASE)
+_PHRASE = re.compile(r"(?P<lhs>[^\n;:]{0,60}?)\b(?:does not exceed|doesn't exceed|do not exceed|don't exceed|"
+                     r"is at most|are at most|at most|no more than|not more than|up to)\s+"
+                     r"(?P<num>" + _NUM + r")(?![\d.^])", re.IGNORECASE)
 _LOST_EXPONENT = re.compile(r"10(?:[3-9]|1[0-8])")
 _SIZE_WORDS = re.compile(r"length|\blen\b|size|count|number|sum|total", re.IGNORECASE)
 _SIZE_NAMES = {"n", "m", "q", "t", "k"}
@@ -154,11 +154,16 @@ _PHRASE_SIZE_CONTEXT = re.compile(r"sum|total|length|number of|size|characters|e
 def _normalise(text: str) -> str:
     t = text.replace("\xa0", " ").replace("\u2009", " ").replace("\u202f", " ")
     t = t.replace("$", "")
-    for a, b in (("≤", "<="), ("⩽", "<="), ("≦", "<="), ("≥", ">="), ("⩾", ">="), ("&lt;=", "<="), ("&le;", "<="),
-                 ("&lt;", "<"), ("\\leq", "<="), ("\\le", "<="), ("\\lt", "<"), ("\\geq", ">="), ("\\ge", ">="),
-                 ("\\cdot", "*"), ("\\times", "*"), ("⋅", "*"), ("·", "*"), ("×", "*"), ("**", "^"), ("\\,", ""),
+    for a, b in (("≤", "<="), ("⩽", "<="), ("≦", "<="), ("≥", ">="), ("⩾", ">="), ("&lt;=", "<="),
+                 ("&le;", "<="), ("&lt;", "<"), ("⋅", "*"), ("·", "*"), ("×", "*"), ("**", "^"), ("\\,", ""),
                  ("\\ ", " ")):
         t = t.replace(a, b)
+    # LaTeX: \le, \leq, \leqslant, \lt, \ge..., \cdot, \times (not \left, \gets)
+    t = re.sub(r"\\le(?:q|qslant)?(?![A-Za-z])", "<=", t)
+    t = re.sub(r"\\ge(?:q|qslant)?(?![A-Za-z])", ">=", t)
+    t = re.sub(r"\\lt(?![A-Za-z])", "<", t)
+    t = re.sub(r"\\gt(?![A-Za-z])", ">", t)
+    t = re.sub(r"\\(?:cdot|times)(?![A-Za-z])", "*", t)
     t = re.sub(r"\^\s*\{\s*(-?\d+)\s*\}", r"^\1", t)  # 10^{5} -> 10^5
     t = re.sub(r"(\d)\s*\^\s*(-?\d)", r"\1^\2", t)  # 10 ^ 5 -> 10^5
     # digit groups: 100 000, 100,000, 200'000 -> 100000 (only groups of exactly three digits)
@@ -203,8 +208,8 @@ def parse_constraints(statement: str) -> list[dict]:
     """Upper bounds stated in ``statement``: ``[{"names": [...], "bound": float, "kind": size|value|other,
     "repaired": bool, "text": matched text}]``. Reads ``lo <= x <= HI`` (also ``≤``, ``\\le``, ``<``), lists
     ``1 <= n, m <= 10^5``, products ``n * m <= 2 * 10^5``, numbers as ``2 * 10^5``, ``2 ⋅ 10^{5}``, ``10 ^ 5``,
-    ``1e5``, ``200 000``, ``100,000``, and phrases ("the sum of n does not exceed 10^5", "at most 100 characters"). Negative exponents
-    (tolerances) and non-numeric upper bounds (``i < n``) are ignored."""
+    ``1e5``, ``200 000``, ``100,000``, and phrases ("the sum of n does not exceed 10^5", "at most 100 characters").
+    Negative exponents (tolerances) and non-numeric upper bounds (``i < n``) are ignored."""
     text = _normalise(statement or "")
     no_powers = "^" not in text and not re.search(r"\d[eE][+-]?\d", text)
     found: list[dict] = []

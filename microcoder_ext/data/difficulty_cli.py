@@ -115,8 +115,8 @@ def to_problem(row: dict, kind: str) -> Problem:
     """The :class:`Problem` the scorer needs (statement, solutions; tests are not used) from one row."""
     if kind == "verl":
         info = row["extra_info"]
-        return Problem(id=str(info.get("id", "")), source=str(info.get("source", "")), statement=_last_user(row["prompt"]),
-                       tests={}, solutions=_solutions(info.get("solutions")))
+        return Problem(id=str(info.get("id", "")), source=str(info.get("source", "")),
+                       statement=_last_user(row["prompt"]), tests={}, solutions=_solutions(info.get("solutions")))
     if kind == "openrlhf":
         return Problem(id=str(row.get("meta_id", "")), source=str(row.get("meta_source", "")),
                        statement=_last_user(row["prompt"]), tests={}, solutions=_solutions(row.get("meta_solutions")))
@@ -161,7 +161,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--judge-timeout", type=float, default=60.0, help="seconds per judge request (default 60)")
     p.add_argument("--judge-retries", type=int, default=2, help="retries after a failed/malformed answer (default 2)")
     p.add_argument("--weights", default=None, metavar="DIM=W,...",
-                   help="dimension weights, e.g. structural=1,halstead=0.5 (default: all 1; the paper's are unpublished)")
+                   help="dimension weights, e.g. structural=1,halstead=0.5 (default: all 1; the paper's weights "
+                        "are unpublished)")
     p.add_argument("--limit", type=int, default=None, help="score only the first N rows (they alone are written)")
     p.add_argument("--summary-json", default=None, metavar="PATH", help="also write the summary as JSON")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -205,6 +206,7 @@ def summarise(scores: list[dict | None]) -> dict:
     return {"rows": len(scores), "scored": len(ok), "unscored": len(scores) - len(ok),
             "with_solutions": sum(1 for s in ok if s["raw"]["code"]["solutions"] > 0),
             "with_constraints": sum(1 for s in ok if s["raw"]["constraints"]["n"] is not None),
+            "no_score": sum(1 for s in ok if s.get("score") is None),
             "judge_failed": judge_failed, "judge_errors": dict(errors.most_common(5)),
             "dimensions": dims, "histogram": {f"{i / 10:.1f}-{(i + 1) / 10:.1f}": n for i, n in enumerate(hist)}}
 
@@ -214,6 +216,12 @@ def print_summary(summary: dict, inputs: list[str], output: str, judge: str | No
     pr(f"difficulty: {summary['rows']} rows from {', '.join(inputs)} -> {output} (judge: {judge or 'none'})")
     pr(f"  with reference solutions: {summary['with_solutions']}, with a parsed size bound: "
        f"{summary['with_constraints']}, unscored: {summary['unscored']}, judge failures: {summary['judge_failed']}")
+    if summary["no_score"]:
+        pr(f"  {summary['no_score']} rows have no dimension to score (no reference solution, no stated bound, no "
+           f"judge): their score is null")
+    if summary["with_solutions"] < summary["scored"]:
+        pr("  note: rows without reference solutions get no McCabe/Halstead score; `data prepare --format problems` "
+           "keeps the solutions (Problem JSONL), verl/OpenRLHF rows carry them only in extra_info/meta_solutions")
     for err, n in summary["judge_errors"].items():
         pr(f"    judge error x{n}: {err}")
     pr(f"  {'dimension':<12} {'rows':>6} {'mean':>7}")

@@ -159,6 +159,8 @@ def test_constraint_parser_leetcode_style():
     assert D.parse_constraints("answer modulo 10^9 + 7, error at most 10^{-6}") == []
     assert D.size_bound(D.parse_constraints("1 \\le a, b \\le 10^{18}")) == (1e18, "other")  # a, b: plain names
     assert D.size_bound([]) == (None, None)
+    latex = "$\\left(1 \\leq n \\lt 10^{5}\\right)$, $m \\leqslant 300$"
+    assert D.size_bound(D.parse_constraints(latex)) == (1e5, "size")
 
 
 def test_constraint_parser_leetcode_dataset(leetcode):
@@ -388,7 +390,8 @@ def test_cli_verl_parquet_round_trip(tmp_path, contests):
         want = D.score_problem(Problem(id=p.id, source=p.source, statement=p.prompt_text(), tests={},
                                        solutions=p.solutions))
         assert got["score"] == pytest.approx(want["score"]) and got["structural"] == want["structural"]
-        assert b["prompt"] == rows[probs.index(p)]["prompt"] and b["reward_model"] == rows[probs.index(p)]["reward_model"]
+        orig = rows[probs.index(p)]
+        assert b["prompt"] == orig["prompt"] and b["reward_model"] == orig["reward_model"]
     # the output is valid input: scoring it again gives the same scores
     again = tmp_path / "again.parquet"
     assert C.main([str(out), "-o", str(again), "--no-progress"]) == 0
@@ -408,7 +411,7 @@ def test_cli_jsonl_kinds_round_trip(tmp_path, contests, capsys):
         assert Problem(**b).solutions == p.solutions  # still a Problem dict
     summary = json.loads((tmp_path / "s.json").read_text())
     assert summary["rows"] == 3 and summary["kind"] == "problem" and summary["with_solutions"] == 2  # 11 has none
-    assert sum(summary["histogram"].values()) == 3
+    assert sum(summary["histogram"].values()) == 3 and summary["no_score"] == 0
 
     src2, out2 = tmp_path / "openrlhf.jsonl", tmp_path / "openrlhf-scored.jsonl"
     _write_jsonl(src2, [p.to_openrlhf_row() for p in probs])
