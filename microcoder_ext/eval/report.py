@@ -128,7 +128,10 @@ def format_verdicts(run: Run) -> str:
 
 def run_document(run: Run, compare: list[Run] | None = None) -> dict:
     ks = run.table.ks
-    return {"format": FORMAT, "label": run.label, "settings": run.settings,
+    return {"format": FORMAT, "label": run.label,
+            "units": {"problems[].pass_at": "per-problem estimator, fraction in [0, 1]",
+                      "table": "percent", "verdict_rates[].rate": "fraction of all scored responses"},
+            "settings": run.settings,
             "problems": [p.to_dict(ks) for p in run.problems], "table": run.table.to_dict(),
             "verdict_rates": run.verdicts,
             "compare": [{"label": r.label, "reference": r.reference, "table": r.table.to_dict(),
