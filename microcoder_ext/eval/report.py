@@ -183,7 +183,8 @@ def plot(runs: list[Run], k: int = 1, title: str = "", path: str | None = None):
         ax.set_ylim(0, 110)
         ax.grid(axis="y", alpha=0.3)
     axes[0].set_ylabel(f"pass@{k} (%)")
-    axes[-1].legend(fontsize=8, loc="upper right")
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside lower center", ncols=min(len(runs), 4), fontsize=8)
     fig.suptitle(title or f"pass@{k}")
     if path:
         fig.savefig(path, format="png", dpi=100, metadata={"Title": title or f"pass@{k}"})

@@ -188,7 +188,7 @@ def test_png_figure_bars(run1):
     heights = [p.get_height() for p in fig.axes[2].containers[0].patches]
     assert heights == pytest.approx([87.5, 37.5, 12.5, 100 * 11 / 24])
     assert fig.axes[1].containers[4].patches[2].get_height() == pytest.approx(3.7)  # paper 4B MicroCoder Lc Hard
-    assert fig.axes[-1].get_legend() is not None
+    assert [t.get_text() for t in fig.legends[0].get_texts()] == [r.label for r in runs]
 
 
 def test_second_run_from_openrlhf_jsonl_and_compare_two_runs(run1, capsys):
