@@ -4,6 +4,10 @@
   microcoder recipe show NAME [OVERRIDES...]   compose verl's main_ppo config with +recipe=NAME
   microcoder recipe list                       list the shipped recipes
   microcoder eval-code FILE.jsonl              score (response, tests) records with the code reward
+  microcoder temperature probe ...             output diversity at candidate temperatures
+  microcoder data prepare|difficulty ...       training / evaluation data (verl parquet, OpenRLHF JSONL)
+  microcoder eval ...                          pass@1 / pass@k by platform x difficulty (LiveCodeBench-style)
+  microcoder plot RUN... -o OUT.png            the paper's training-curve panels from run logs
 """
 
 from __future__ import annotations
