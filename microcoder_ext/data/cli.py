@@ -33,7 +33,8 @@ def _csv(s: str) -> list[str]:
 
 def add_prepare_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("sources", nargs="+", metavar="SOURCE",
-                   help="local .jsonl/.json/.parquet file (optionally .gz) or directory, or a hub id owner/name[:config]")
+                   help="local .jsonl/.json/.parquet file (optionally .gz) or directory, or a hub id "
+                        "owner/name[:config]")
     p.add_argument("--source", default="auto", choices=("auto",) + SHAPES,
                    help="row shape of every SOURCE (default: sniffed from the first rows of each)")
     p.add_argument("-o", "--outdir", required=True, help="output directory")

@@ -109,7 +109,8 @@ def test_decontamination_report():
 
 
 def test_min_difficulty_uses_stored_scores():
-    ps = [prob("a", extra={"difficulty_scores": {"score": 0.9}}), prob("b", extra={"difficulty_scores": {"score": 0.2}})]
+    ps = [prob("a", extra={"difficulty_scores": {"score": 0.9}}),
+          prob("b", extra={"difficulty_scores": {"score": 0.2}})]
     rej = rejections(ps, [F.MinDifficulty(0.5)])
     assert list(rej) == ["b"] and rej["b"].reason == "min difficulty"
     with pytest.raises(F.FilterError):

@@ -163,13 +163,15 @@ def _score(row, code):
 def test_reference_solutions_score_one_from_the_parquet(verl_rows, leetcode_sample):
     """One reference per row: LeetCodeDataset's ``completion``; CodeContests: bench/data/code_contests_refs.jsonl
     (19 of 20; the 20th is interactive and dropped). Checkers/tolerances came in through --test-options."""
-    refs = {f"code_contests/{json.loads(ln)['id']}": json.loads(ln)["solution"] for ln in CC_REFS.read_text().splitlines()}
+    refs = {f"code_contests/{json.loads(ln)['id']}": json.loads(ln)["solution"]
+            for ln in CC_REFS.read_text().splitlines()}
     lc = {f"leetcode/{k}": r["completion"] for k, r in leetcode_sample[1].items()}
     jobs = [(row, {**lc, **refs}[row["extra_info"]["id"]]) for row in verl_rows]
     assert len(jobs) == 59
     with ThreadPoolExecutor(4) as pool:
         results = list(pool.map(lambda j: _score(*j), jobs))
-    bad = [(j[0]["extra_info"]["id"], r["verdict"], r["detail"][:200]) for j, r in zip(jobs, results) if r["score"] != 1.0]
+    bad = [(j[0]["extra_info"]["id"], r["verdict"], r["detail"][:200]) for j, r in zip(jobs, results)
+           if r["score"] != 1.0]
     assert bad == []
     # and a wrong answer is not 1.0 (the ground truth is not vacuous)
     assert _score(jobs[0][0], "print(1)")["score"] == 0.0
@@ -208,11 +210,12 @@ def test_malformed_rows_become_drop_reasons(tmp_path, leetcode_sample):
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     items = list(iter_source(str(path)))
     drops = {d.id: d.reason for d in items if isinstance(d, Drop)}
-    assert drops == {"no-entry": "missing entry_point", "bad-io": "unconvertible tests", "no-io": "missing input_output",
-                     "positional": "unconvertible tests"}
+    assert drops == {"no-entry": "missing entry_point", "bad-io": "unconvertible tests",
+                     "no-io": "missing input_output", "positional": "unconvertible tests"}
     cc = [{"id": 1, "content": "Print 1.", "labels": "{}", "test": "[{oops"},
           {"id": 2, "content": "Print 1.", "labels": "{}", "test": "[]"},
-          {"id": 3, "content": "", "labels": "{}", "test": json.dumps([{"input": {"stdin": ""}, "output": {"stdout": "1"}}])},
+          {"id": 3, "content": "", "labels": "{}",
+           "test": json.dumps([{"input": {"stdin": ""}, "output": {"stdout": "1"}}])},
           {"id": 4, "content": "Print 1.", "labels": "{\"difficulty\": \"A\"}",
            "test": json.dumps([{"input": {"stdin": ""}, "output": {"stdout": "1"}}])},
           {"id": 5, "content": "Print 1.", "labels": "{}", "test": json.dumps([{"input": 1}])}]
