@@ -247,11 +247,11 @@ class Decontaminator:
         if "id" in self.by:
             for key in self._id_keys(p):
                 if key in self._ids:
-                    hit("id", self._ids[key], f"id {key}")
+                    hit("id", self._ids[key], key)
         if "title" in self.by:
             t = slug(p.title)
             if len(t) >= MIN_TITLE_CHARS and t in self._titles:
-                hit("title", self._titles[t], f"title {p.title!r}")
+                hit("title", self._titles[t], repr(p.title))
         if "ngram" in self.by:
             counts: Counter = Counter()
             for h in shingles(words(p.statement), self.ngram):
