@@ -95,8 +95,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         mod = importlib.import_module(DIFFICULTY_MODULE)
         mod.add_arguments(d)
         d.set_defaults(_data_run=mod.run)
-    except ImportError as e:
-        msg = f"`microcoder data difficulty` is unavailable: {DIFFICULTY_MODULE} cannot be imported ({e})"
+    except Exception as e:  # noqa: BLE001 - a broken difficulty module must not take `data prepare` down
+        msg = (f"`microcoder data difficulty` is unavailable: {DIFFICULTY_MODULE} cannot be imported "
+               f"({type(e).__name__}: {e})")
         d.description = msg
         d.set_defaults(_data_run=None, _data_unavailable=msg)
 
