@@ -54,7 +54,8 @@ def print_listing(labelled: list[tuple[str, RunLog]], panels: list[str], overrid
         width = max(len(k) for k in run.metrics)
         for name, series in run.metrics.items():
             steps = [s for s, _ in series]
-            print(f"  {name:<{width}}  {len(series):>5} pts  steps {min(steps)}..{max(steps)}  last {_fmt(series[-1][1])}")
+            span = f"steps {min(steps)}..{max(steps)}"
+            print(f"  {name:<{width}}  {len(series):>5} pts  {span}  last {_fmt(series[-1][1])}")
         print("  panels:")
         for pname in panels:
             name = overrides.get(pname)

@@ -303,7 +303,8 @@ def cli(*args, registered=False):
 def test_cli_end_to_end(logs, tmp_path):
     out = tmp_path / "curves.png"
     r = cli(logs["verl_tb"], logs["openrlhf_tb"], logs["flat_jsonl"], "-o", out,
-            "--label", "MicroCoder (verl)", "--label", "MicroCoder (OpenRLHF)", "--label", "GRPO", "--smooth", "0.3", registered=True)
+            "--label", "MicroCoder (verl)", "--label", "MicroCoder (OpenRLHF)", "--label", "GRPO", "--smooth", "0.3",
+            registered=True)
     assert r.returncode == 0, r.stderr
     assert f"wrote {out}: 7 panels x 3 runs, 17 curves" in r.stdout
     assert "warning: GRPO: no data for panel 'diversity'" in r.stderr
