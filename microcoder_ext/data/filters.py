@@ -112,7 +112,9 @@ class MinDifficulty:
             raise FilterError("--min-difficulty must be in [0, 1]")
         self.minimum, self.judge, self._score = minimum, judge, None
 
-    def score(self, p: Problem) -> float:
+    def score(self, p: Problem) -> float | None:
+        """The stored or computed score; None when nothing could be measured (no solution, no size bound in the
+        statement, no judge)."""
         stored = p.extra.get("difficulty_scores")
         if isinstance(stored, dict) and isinstance(stored.get("score"), (int, float)):
             return float(stored["score"])
@@ -126,10 +128,13 @@ class MinDifficulty:
             self._score = score_problem
         scores = self._score(p, judge=self.judge)
         p.extra["difficulty_scores"] = scores
-        return float(scores["score"])
+        return None if scores.get("score") is None else float(scores["score"])
 
     def __call__(self, p: Problem) -> None:
         s = self.score(p)
+        if s is None:
+            raise Rejected("unscored difficulty", "no difficulty dimension could be measured (no reference solution, "
+                           "no size bound in the statement, no judge)")
         if s < self.minimum:
             raise Rejected("min difficulty", f"score {s:.3f} < {self.minimum}")
 
