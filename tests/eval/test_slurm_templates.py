@@ -5,7 +5,6 @@ the job. ``scontrol`` is not installed here: a shim on PATH expands the node lis
 
 from __future__ import annotations
 
-import glob
 import os
 import shutil
 import subprocess
@@ -90,22 +89,17 @@ def test_verl_two_node_dry_run_validates_the_recipe(tmp_path):
     assert "trainer.test_freq=20 trainer.total_training_steps=500" in out
 
 
-def _openrlhf_python() -> str | None:
-    """The OpenRLHF test venv's python (tests/run_all.sh builds it), when it is built and points at this checkout."""
-    cache = os.environ.get("MICROCODER_CACHE", os.path.expanduser("~/.cache/microcoder-ext"))
-    for ready in sorted(glob.glob(f"{cache}/venv-openrlhf-*/.ready"), key=os.path.getmtime, reverse=True):
-        py = Path(ready).parent / "bin" / "python3"
-        r = subprocess.run([str(py), "-c", "import openrlhf, microcoder_ext; print(microcoder_ext.__file__)"],
-                           capture_output=True, text=True)
-        if r.returncode == 0 and r.stdout.strip().startswith(str(ROOT)):
-            return str(py)
-    return None
+def _openrlhf_python() -> str:
+    """The OpenRLHF test venv's python, built (first use) and pointed at this checkout by compat/venv.sh, as
+    tests/run_all.sh does for the OpenRLHF suite; a failure to build it fails the test."""
+    r = subprocess.run(["bash", "-c", f'source "{ROOT}/compat/venv.sh" && ensure_venv openrlhf'],
+                       capture_output=True, text=True, env={**os.environ, "ROOT": str(ROOT)})
+    assert r.returncode == 0, f"could not build the OpenRLHF test venv:\n{r.stderr[-3000:]}"
+    return r.stdout.strip().splitlines()[-1]
 
 
 def test_openrlhf_dry_run_with_nodes_override(tmp_path):
     py = _openrlhf_python()
-    if py is None:
-        pytest.skip("no OpenRLHF venv for this checkout (SUITES=openrlhf bash tests/run_all.sh builds it)")
     env = fake_slurm(tmp_path, ["n1", "n2"], ALGO="microcoder", MODEL="qwen3_4b_instruct",
                      TRAIN="/data/train.jsonl", VAL="/data/val.jsonl", NODES="n1 n2", HEAD_IP="10.0.0.1")
     env.pop("SLURM_JOB_NODELIST")
