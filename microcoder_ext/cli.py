@@ -8,6 +8,7 @@
   microcoder data prepare|difficulty ...       training / evaluation data (verl parquet, OpenRLHF JSONL)
   microcoder eval ...                          pass@1 / pass@k by platform x difficulty (LiveCodeBench-style)
   microcoder plot RUN... -o OUT.png            the paper's training-curve panels from run logs
+  microcoder train ...                         MicroCoder-GRPO through Hugging Face TRL (GRPOTrainer)
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "data": ("microcoder_ext.data.cli", "prepare training/evaluation data (verl parquet, OpenRLHF JSONL), difficulty"),
     "eval": ("microcoder_ext.eval.cli", "pass@1 / pass@k by platform x difficulty (LiveCodeBench-style)"),
     "plot": ("microcoder_ext.eval.plot_cli", "the paper's training-curve panels from run logs"),
+    "train": ("microcoder_ext.trl.train_cli", "MicroCoder-GRPO with Hugging Face TRL (one GPU, LoRA, or CPU)"),
 }
 
 
