@@ -6,7 +6,7 @@
 #
 # ALGO   microcoder | mask_only | dapo_baseline | grpo_baseline   (--mc.preset ALGO; microcoder_mask_only = mask_only)
 # MODEL  qwen3_1.7b | qwen3_4b_instruct | ds_8b                    (paper-spec §6, §10)
-# NNODES nodes with GPUS_PER_NODE GPUs each (default 1 x 8). Multi-node: `ray start --head` on node 0 and
+# NNODES nodes with GPUS_PER_NODE GPUs each (default 1 x 8); on SLURM use openrlhf_recipes/slurm.sbatch. Multi-node: `ray start --head` on node 0 and
 #        `ray start --address=HEAD:6379` on the others first, then run this on node 0 (OpenRLHF's ray.init() joins that
 #        cluster). microcoder-ext must be installed on every node (the reward file and the trainer are loaded there).
 # FLAGS  extra train_ppo_ray or --mc.* flags, after the recipe's (the last one wins); a flag that contradicts the

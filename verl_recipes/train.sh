@@ -5,7 +5,7 @@
 #
 # ALGO   microcoder | microcoder_mask_only | dapo_baseline | grpo_baseline   (Hydra recipe, +recipe=ALGO)
 # MODEL  qwen3_1.7b | qwen3_4b_instruct | ds_8b                               (paper-spec §6, §10)
-# NNODES nodes with 8 GPUs each (default 1). Multi-node: `ray start --head` on node 0 and
+# NNODES nodes with 8 GPUs each (default 1); on SLURM use verl_recipes/slurm.sbatch. Multi-node: `ray start --head` on node 0 and
 #        `ray start --address=HEAD:6379` on the others first, then run this on node 0 (verl joins that cluster).
 # DRY_RUN=1 composes and validates the config (`microcoder recipe show`) instead of training: works on any CPU machine.
 #
