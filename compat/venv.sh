@@ -3,6 +3,7 @@
 #   verl      verl 0.9.1 (+TransferQueue, hydra) with CPU torch 2.13.0, pins in compat/constraints-verl-0.9.1.txt
 #   openrlhf  OpenRLHF 0.11.2 with CPU torch 2.13.0, pins in compat/constraints-openrlhf-0.11.2.txt; no flash-attn or
 #             vLLM (they need CUDA): tests stub them with compat/cpu_stubs.py
+#   trl       TRL 1.16.0 + transformers 5.24.0 + peft 0.21.2 with CPU torch 2.13.0, pins in compat/constraints-trl-1.16.0.txt
 # Venvs live in $MICROCODER_CACHE (default ~/.cache/microcoder-ext), keyed by the constraint file, the dependencies
 # declared in pyproject.toml and the venv's _install_NAME function if it has one, so a changed pin builds a new one;
 # each call re-installs this checkout (editable, no deps).
@@ -15,6 +16,7 @@ _venv_spec() {  # NAME -> "constraints extras"
   case "$1" in
     verl) echo "constraints-verl-0.9.1.txt verl,test,repro" ;;
     openrlhf) echo "constraints-openrlhf-0.11.2.txt test" ;;
+    trl) echo "constraints-trl-1.16.0.txt trl,test" ;;
     *) echo "unknown venv '$1'" >&2; return 1 ;;
   esac
 }
@@ -37,6 +39,14 @@ _install_openrlhf() {
   _pip "$venv" install -c "$c" transformers ray sympy pylatexenc aiohttp peft torchdata datasets pillow tensorboard || return 1
   _pip "$venv" install -c "$c" --no-build-isolation deepspeed || return 1
   _pip "$venv" install -c "$c" --no-deps openrlhf || return 1
+  _pip "$venv" install -c "$c" -e "$ROOT[$extras]"
+}
+
+# _install_trl VENV CONSTRAINTS EXTRAS (torch is already in, so accelerate keeps the CPU wheel): TRL and the stack it
+# runs GRPOTrainer with, matplotlib for the quickstart's PNG, then this checkout with the trl extra.
+_install_trl() {
+  local venv=$1 c=$2 extras=$3
+  _pip "$venv" install -c "$c" trl transformers peft accelerate datasets matplotlib || return 1
   _pip "$venv" install -c "$c" -e "$ROOT[$extras]"
 }
 

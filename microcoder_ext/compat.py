@@ -21,6 +21,7 @@ logger = logging.getLogger(__name__)
 SUPPORTED: dict[str, str] = {
     "verl": ">=0.9.1,<0.9.2",
     "openrlhf": ">=0.11.2,<0.11.3",
+    "trl": ">=1.16,<1.17",
 }
 
 ALLOW_ENV = "MICROCODER_ALLOW_UNSUPPORTED"

@@ -1,16 +1,16 @@
 #!/usr/bin/env bash
-# Runs every test suite, each in its own virtualenv (verl 0.9.1 and OpenRLHF 0.11.2 pin incompatible
+# Runs every test suite, each in its own virtualenv (verl 0.9.1, OpenRLHF 0.11.2 and TRL 1.16.0 pin incompatible
 # transformers/ray versions). Venvs are created on first use with CPU torch 2.13.0 and the exact pins in
 # compat/, and cached in $MICROCODER_CACHE (default ~/.cache/microcoder-ext) keyed by the constraint file
 # and pyproject.toml; every run re-installs this checkout (editable, no deps) into them.
 #
 #   bash tests/run_all.sh                 # all suites
-#   SUITES=verl bash tests/run_all.sh     # one suite (verl | openrlhf)
+#   SUITES=verl bash tests/run_all.sh     # one suite (verl | openrlhf | trl)
 #   bash tests/run_all.sh -k mask -x      # extra args go to pytest
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-SUITES=${SUITES:-verl openrlhf}
+SUITES=${SUITES:-verl openrlhf trl}
 . "$ROOT/compat/venv.sh"
 
 
@@ -39,6 +39,11 @@ for suite in $SUITES; do
       py=$(ensure_venv openrlhf)
       log "suite openrlhf: core + OpenRLHF adapter tests ($("$py" -c 'import openrlhf, importlib.metadata as m; print("openrlhf", m.version("openrlhf"))' 2>/dev/null))"
       run_pytest "$py" tests/core tests/openrlhf "$@" || status=1
+      ;;
+    trl)
+      py=$(ensure_venv trl)
+      log "suite trl: core + TRL adapter tests ($("$py" -c 'import importlib.metadata as m; print("trl", m.version("trl"))' 2>/dev/null))"
+      run_pytest "$py" tests/core tests/trl "$@" || status=1
       ;;
     *) echo "run_all: unknown suite '$suite'" >&2; status=1 ;;
   esac
