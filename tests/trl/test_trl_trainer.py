@@ -333,3 +333,16 @@ def test_train_logs_microcoder_metrics_and_checkpoints_the_controller(tmp_path, 
     after = resumed.mc_temperature.state_dict()
     assert after["last_step"] == 2  # restored (last_step 1) and then observed step 2
     assert after["target"] == pytest.approx(state["target"]) and not math.isnan(after["target"])
+
+
+def test_lora_trains_with_the_controller_on_the_base_models_head(tmp_path, tokenizer):
+    from peft import LoraConfig
+
+    trainer = MicrocoderGRPOTrainer(
+        model=tiny_qwen2(tokenizer), reward_funcs=[ScriptedReward([V.CORRECT, V.NO_ANSWER])],
+        args=grpo_args(tmp_path, max_steps=1, generation_kwargs=steering(tokenizer)), train_dataset=dataset(),
+        processing_class=tokenizer, peft_config=LoraConfig(r=4, target_modules=["q_proj", "v_proj"]),
+        microcoder={"mask": {"m": M}, "temperature": {"value": 0.8}})
+    assert trainer.mc_logprob_temperatures() == [0.8]
+    trainer.train()
+    assert any("microcoder/masked_frac" in h for h in trainer.state.log_history)
