@@ -1,0 +1,710 @@
+"""``microcoder train``: MicroCoder-GRPO with Hugging Face TRL 1.16 on one GPU (full or LoRA), several GPUs
+(``accelerate launch``) or CPU.
+
+The flags of MicroCoder's own ``train_grpo.py`` (``--model_name_or_path``, ``--use_conditional_mask``,
+``--diversity_driven_temp``, ``--remove_kl_loss``, ``--clipping_ratio``, ``--per_device_train_batch_size``,
+``--gradient_accumulation_steps``) plus LoRA, the temperature mode, a preset, and every ``microcoder.*`` key as a
+``--mc.<section>.<key>`` flag (the OpenRLHF launcher's, generated from :mod:`microcoder_ext.core.config`).
+
+How the settings are put together: the preset (``--preset``, default ``microcoder``:
+:data:`microcoder_ext.trl.config.PRESETS`) gives the ``GRPOConfig`` and whether the mask and the temperature controller
+run; the seed's flags, when given, change exactly what they name (so ``--preset grpo_baseline --remove_kl_loss True``
+is the GRPO baseline without KL); the ``--mc.*`` flags set ``microcoder.*`` keys. A seed flag and a ``--mc.*`` flag
+that set the same thing differently are an error. Everything is validated before the model is loaded; a bad value
+prints one ``error:`` line per problem and exits with status 2.
+
+Only the standard library is imported at module level (``microcoder --help`` stays fast).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import math
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+PROG = "microcoder train"
+EXIT_OK, EXIT_USAGE = 0, 2
+PRESET_NAMES = ("microcoder", "mask_only", "dapo_baseline", "grpo_baseline")  # microcoder_ext.trl.config.PRESETS
+TEMPERATURE_MODES = ("constant", "staged", "auto")
+DEFAULT_BETA = 0.001  # --remove_kl_loss False: the grpo_baseline preset's KL coefficient
+
+DESCRIPTION = (
+    "MicroCoder-GRPO through Hugging Face TRL's GRPOTrainer (microcoder_ext.trl.trainer.MicrocoderGRPOTrainer): the "
+    "conditional truncation mask and the diversity-determined temperature inside TRL's step, the sandboxed code "
+    "reward (microcoder_ext.trl.reward.CodeReward), no KL + clip-higher. One GPU, LoRA, CPU, or several GPUs with "
+    "accelerate launch."
+)
+
+EPILOG = """\
+the seed's flags (MicroCoder's train_grpo.py) and what they set:
+  --use_conditional_mask B   microcoder.mask.enable = B (the conditional truncation mask)
+  --diversity_driven_temp B  True: the temperature controller in mode auto (diversity-determined, starting at
+                             --temperature, which must be one of --mc.temperature.candidates);
+                             False: mode constant at --temperature
+  --remove_kl_loss B         True: GRPOConfig.beta = 0 (no KL term, no reference model);
+                             False: beta = --beta (default 0.001)
+  --clipping_ratio X         the HIGH clipping ratio: GRPOConfig.epsilon_high = X, the ratio is clipped to
+                             [1 - epsilon, 1 + X] (epsilon = --epsilon, default 0.2). The paper removes the KL loss
+                             "with high clipping ratios"; the seed's 0.3 is read as that upper bound (our reading:
+                             its train_grpo.py is not public). Presets use 0.28 (DAPO).
+  Booleans take True/False (also true/false, 1/0, yes/no).
+
+presets (--preset; the seed's flags and --mc.* change them):
+  microcoder     no KL, clip 0.2/0.28, token-mean (loss dapo), conditional mask, temperature controller (default)
+  mask_only      TRL's GRPOConfig defaults + the conditional mask
+  dapo_baseline  no KL, clip 0.2/0.28, token-mean, constant temperature 1.2, no mask
+  grpo_baseline  KL beta 0.001, clip 0.2/0.2, token-mean, constant temperature 1.2, no mask
+
+data (--dataset):
+  a .parquet file: verl rows of `microcoder data prepare` (prompt = chat messages, reward_model.ground_truth)
+  a .jsonl/.jsonl.gz file: OpenRLHF lines of `microcoder data prepare` (prompt, label), our problem records
+    (Problem.to_dict(): statement, tests, ...), or any rows with `prompt` and `tests`
+  a directory: the output of `microcoder data prepare` (train.parquet, else train.jsonl, else problems.train.jsonl)
+  otherwise a Hugging Face dataset name (datasets.load_dataset(NAME, --dataset_config, split=--dataset_split))
+    with one of the row shapes above
+  Prompts that are chat messages go through the tokenizer's chat template (without one, their contents are joined
+  as plain text). The tests go to the reward as its ground truth ({"inputs", "outputs", "fn_name"?} or stdin/stdout).
+
+examples:
+  microcoder train --model_name_or_path Qwen/Qwen3-1.7B --dataset data/ --output_dir runs/mc \\
+      --use_conditional_mask True --diversity_driven_temp True --remove_kl_loss True --clipping_ratio 0.3 \\
+      --per_device_train_batch_size 4 --gradient_accumulation_steps 8 --use_lora
+  several GPUs (one process each; accelerate's own flags first):
+    accelerate launch --num_processes 4 -m microcoder_ext.trl.train_cli --model_name_or_path ... --dataset ...
+  CPU smoke run:
+    microcoder train --model_name_or_path ./tiny --dataset data/train.parquet --use_cpu --max_steps 1 \\
+      --num_generations 2 --per_device_train_batch_size 2 --gradient_accumulation_steps 1 --max_completion_length 32
+
+output: OUTPUT_DIR with TRL's checkpoints and logs (the microcoder/* metrics among TRL's), the final model (LoRA:
+the adapter) and microcoder_train.json (the effective settings). exit status: 0 trained; 2 bad flags or input
+(one error line per problem, nothing loaded); 1 training failed.
+"""
+
+
+class UsageError(Exception):
+    """Bad flags or input: ``error:`` lines on stderr, exit status 2. ``.errors`` lists every problem."""
+
+    def __init__(self, errors: Sequence[str] | str):
+        self.errors = [errors] if isinstance(errors, str) else list(errors)
+        super().__init__("\n".join(self.errors))
+
+
+# ------------------------------------------------------------------------------------------------ value types
+
+
+def bool_value(text: str) -> bool:
+    lowered = str(text).strip().lower()
+    if lowered in ("true", "1", "yes", "on"):
+        return True
+    if lowered in ("false", "0", "no", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected True or False, got {text!r}")
+
+
+def _number(kind: type, low: float | None = None, *, strict: bool = False, what: str = ""):
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"expected {'an integer' if kind is int else 'a number'}, got {text!r}") from None
+        if kind is float and not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
+        if low is not None and (value <= low if strict else value < low):
+            raise argparse.ArgumentTypeError(f"must be {'>' if strict else '>='} {low:g}{what}, got {text!r}")
+        return value
+
+    parse.__name__ = kind.__name__
+    return parse
+
+
+positive_float = _number(float, 0.0, strict=True)
+positive_int = _number(int, 1)
+nonneg_float = _number(float, 0.0)
+
+
+def clipping_ratio_value(text: str) -> float:
+    value = _number(float, 0.0, strict=True, what=" (the upper clip is 1 + clipping_ratio)")(text)
+    if value >= 10:
+        raise argparse.ArgumentTypeError(f"must be < 10 (the upper clip is 1 + clipping_ratio), got {text!r}")
+    return value
+
+
+# ------------------------------------------------------------------------------------------------ arguments
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.description = DESCRIPTION
+    parser.epilog = EPILOG
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    B = "{True,False}"
+
+    g = parser.add_argument_group("model and data")
+    g.add_argument("--model_name_or_path", required=True, metavar="PATH_OR_NAME",
+                   help="local model directory or Hugging Face model name (loaded by transformers)")
+    g.add_argument("--dataset", required=True, metavar="PATH_OR_NAME",
+                   help="`microcoder data prepare` output (verl .parquet, OpenRLHF .jsonl, or its directory) or a "
+                        "Hugging Face dataset name (see 'data' below)")
+    g.add_argument("--dataset_config", default=None, help="Hugging Face dataset: configuration name")
+    g.add_argument("--dataset_split", default="train", help="Hugging Face dataset: split (default %(default)s)")
+    g.add_argument("--max_samples", type=positive_int, default=None, metavar="N", help="use the first N rows only")
+    g.add_argument("--output_dir", default="microcoder-trl-out", help="where checkpoints and logs go "
+                                                                      "(default %(default)s)")
+    g.add_argument("--trust_remote_code", action="store_true", help="allow model code from the model directory")
+    g.add_argument("--dtype", choices=("float32", "bfloat16", "float16", "auto"), default=None,
+                   help="model dtype (default: bfloat16 on a GPU, float32 on CPU)")
+
+    g = parser.add_argument_group("MicroCoder-GRPO (the seed's flags; see below for what each sets)")
+    g.add_argument("--preset", choices=PRESET_NAMES, default="microcoder",
+                   help="starting point of the settings (default %(default)s; table below)")
+    g.add_argument("--use_conditional_mask", type=bool_value, metavar=B, default=None,
+                   help="conditional truncation mask on/off (default: the preset's)")
+    g.add_argument("--diversity_driven_temp", type=bool_value, metavar=B, default=None,
+                   help="True: diversity-determined temperature (controller mode auto); False: constant "
+                        "(default: the preset's)")
+    g.add_argument("--temperature_mode", choices=TEMPERATURE_MODES, default=None,
+                   help="the temperature controller's mode (= --mc.temperature.mode; staged needs "
+                        "--mc.temperature.stages)")
+    g.add_argument("--temperature", type=positive_float, default=None,
+                   help="constant: the temperature; auto: the start (default 1.2, the paper's)")
+    g.add_argument("--remove_kl_loss", type=bool_value, metavar=B, default=None,
+                   help="True: no KL term (beta 0); False: beta = --beta (default: the preset's)")
+    g.add_argument("--beta", type=nonneg_float, default=None,
+                   help=f"KL coefficient when the KL loss is kept (default {DEFAULT_BETA})")
+    g.add_argument("--clipping_ratio", type=clipping_ratio_value, default=None, metavar="X",
+                   help="high clipping ratio: epsilon_high = X (default: the preset's, 0.28)")
+    g.add_argument("--epsilon", type=positive_float, default=None,
+                   help="low clipping ratio: the ratio is clipped below at 1 - epsilon (default 0.2)")
+
+    g = parser.add_argument_group("training")
+    g.add_argument("--per_device_train_batch_size", type=positive_int, default=4,
+                   help="completions per device per micro-step (default %(default)s)")
+    g.add_argument("--gradient_accumulation_steps", type=positive_int, default=8, help="(default %(default)s)")
+    g.add_argument("--num_generations", type=_number(int, 2), default=8,
+                   help="completions per prompt, the GRPO group (default %(default)s; per_device_train_batch_size x "
+                        "gradient_accumulation_steps x processes must be a multiple of it)")
+    g.add_argument("--max_completion_length", type=positive_int, default=1024,
+                   help="completion budget in tokens, L_max of the mask (default %(default)s)")
+    g.add_argument("--max_prompt_length", type=positive_int, default=None,
+                   help="rows whose prompt is longer (in tokens) are dropped (default: keep all)")
+    g.add_argument("--learning_rate", type=positive_float, default=None,
+                   help="(default 1e-6; 1e-5 with --use_lora)")
+    g.add_argument("--max_steps", type=int, default=-1, help="optimizer steps (default -1: --num_train_epochs)")
+    g.add_argument("--num_train_epochs", type=positive_float, default=1.0, help="(default %(default)s)")
+    g.add_argument("--seed", type=int, default=0, help="(default %(default)s; also the mask's coins)")
+    g.add_argument("--use_cpu", action="store_true", help="train on CPU (also chosen when no GPU is visible)")
+    g.add_argument("--logging_steps", type=positive_int, default=1, help="(default %(default)s)")
+    g.add_argument("--save_steps", type=positive_int, default=None,
+                   help="checkpoint every N steps (default: none; the final model is saved)")
+    g.add_argument("--report_to", default="none",
+                   help="TRL/transformers loggers: none, tensorboard, wandb, ... (comma-separated; default none)")
+    g.add_argument("--gradient_checkpointing", action="store_true", help="trade compute for memory")
+    g.add_argument("--use_vllm", action="store_true", help="generate with vLLM (colocate mode; needs a CUDA vLLM)")
+    g.add_argument("--dry_run", action="store_true",
+                   help="validate the flags, read the dataset, print the effective settings, stop (no model loaded)")
+
+    g = parser.add_argument_group("LoRA (peft)")
+    g.add_argument("--use_lora", action="store_true", help="train LoRA adapters instead of the full model")
+    g.add_argument("--lora_r", type=positive_int, default=16, help="(default %(default)s)")
+    g.add_argument("--lora_alpha", type=positive_int, default=32, help="(default %(default)s)")
+    g.add_argument("--lora_dropout", type=nonneg_float, default=0.05, help="(default %(default)s)")
+    g.add_argument("--lora_target_modules", default="all-linear",
+                   help="comma-separated module names or all-linear (default %(default)s)")
+
+    _add_mc_flags(parser)
+
+
+def _add_mc_flags(parser: argparse.ArgumentParser) -> None:
+    """``--mc.mask.*`` / ``--mc.temperature.*``: one flag per ``microcoder.*`` key (the OpenRLHF launcher's specs)."""
+    from microcoder_ext.openrlhf import options as mc
+
+    groups = {
+        "mask": parser.add_argument_group("conditional truncation mask (--mc.mask.*; verl: microcoder.mask.*)"),
+        "temperature": parser.add_argument_group(
+            "training temperature (--mc.temperature.*; verl: microcoder.temperature.*)"),
+    }
+    for spec in mc.specs():
+        groups[spec.key.split(".")[0]].add_argument(
+            mc.flag(spec.key), dest=f"mc.{spec.key}", type=spec.type, nargs=spec.nargs, metavar=spec.metavar,
+            default=argparse.SUPPRESS,
+            help=f"{mc.MEANING[spec.key]} (default {mc._show_default(spec)})".replace("%", "%%"))
+
+
+# ------------------------------------------------------------------------------------------------ settings
+
+
+@dataclass
+class Plan:
+    """Everything :func:`run` will do, validated."""
+
+    preset: str
+    grpo: dict  # GRPOConfig overrides (on top of the preset's)
+    microcoder: Any  # validated MicrocoderConfig
+    mask: bool
+    temperature_control: bool
+    lora: dict | None
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        import dataclasses
+
+        return {"preset": self.preset, "grpo_config": self.grpo, "mask": self.mask,
+                "temperature_control": self.temperature_control, "lora": self.lora,
+                "microcoder": dataclasses.asdict(self.microcoder), "notes": self.notes}
+
+
+def _given_mc(args: argparse.Namespace) -> tuple[dict[str, Any], list[str]]:
+    from microcoder_ext.openrlhf import options as mc
+
+    given, errors = {}, []
+    for spec in mc.specs():
+        dest = f"mc.{spec.key}"
+        if hasattr(args, dest):
+            try:
+                given[spec.key] = spec.post(getattr(args, dest)) if spec.post else getattr(args, dest)
+            except argparse.ArgumentTypeError as e:
+                errors.append(f"argument {mc.flag(spec.key)}: {e}")
+    return given, errors
+
+
+def plan(args: argparse.Namespace, *, cuda: bool | None = None) -> Plan:
+    """Preset <- seed flags <- ``--mc.*``, validated. Raises :class:`UsageError` listing every problem."""
+    from microcoder_ext.core.config import ConfigError, parse_config
+    from microcoder_ext.openrlhf import options as mc
+    from microcoder_ext.trl.config import PRESETS, preset_settings
+
+    preset = PRESETS[args.preset]
+    base = preset_settings(args.preset)
+    given, errors = _given_mc(args)
+    notes: list[str] = []
+    keys: dict[str, Any] = {}  # microcoder.* keys the seed flags set, for conflicts with --mc.*
+
+    def seed_sets(key: str, value: Any, by: str) -> None:
+        if key in given and given[key] != value:
+            errors.append(f"{by} sets microcoder.{key} = {value!r} but {mc.flag(key)} {given[key]!r} says otherwise: "
+                          "give one of them")
+        keys[key] = value
+
+    mask = preset.mask
+    if args.use_conditional_mask is not None:
+        mask = args.use_conditional_mask
+        seed_sets("mask.enable", mask, f"--use_conditional_mask {mask}")
+    elif "mask.enable" in given:
+        mask = bool(given["mask.enable"])
+    if not mask and any(k.startswith("mask.") and k != "mask.enable" for k in given):
+        errors.append("--mc.mask.* given but the mask is off (" + (
+            "--use_conditional_mask False" if args.use_conditional_mask is False else f"--preset {args.preset}")
+            + "): pass --use_conditional_mask True or drop them")
+
+    control = preset.temperature_control
+    mode = None
+    if args.diversity_driven_temp is not None:
+        mode = "auto" if args.diversity_driven_temp else "constant"
+        control = True
+        seed_sets("temperature.mode", mode, f"--diversity_driven_temp {args.diversity_driven_temp}")
+    if args.temperature_mode is not None:
+        if mode is not None and args.temperature_mode != mode:
+            errors.append(f"--temperature_mode {args.temperature_mode} contradicts --diversity_driven_temp "
+                          f"{args.diversity_driven_temp} (which means mode {mode}): give one of them")
+        mode = args.temperature_mode
+        control = True
+        seed_sets("temperature.mode", mode, f"--temperature_mode {mode}")
+    if "temperature.mode" in given and mode is None:
+        mode = given["temperature.mode"]
+    if any(k.startswith("temperature.") for k in given):
+        control = True
+    temperature = args.temperature
+    if temperature is not None and control:
+        seed_sets("temperature.value", temperature, f"--temperature {temperature:g}")
+    if not control and not preset.temperature_control and args.temperature is None and mode is None:
+        notes.append(f"preset {args.preset}: constant temperature {base.get('temperature', 1.0):g} (TRL's own)")
+
+    grpo: dict[str, Any] = {}
+    if temperature is not None:
+        grpo["temperature"] = temperature
+    elif control:
+        # the controller's start (value) also goes to GRPOConfig so that TRL's evaluation uses it
+        from microcoder_ext.core.config import TemperatureConfig
+
+        grpo["temperature"] = keys.get("temperature.value", given.get("temperature.value", TemperatureConfig().value))
+    if args.remove_kl_loss is not None:
+        grpo["beta"] = 0.0 if args.remove_kl_loss else (args.beta if args.beta is not None else DEFAULT_BETA)
+        if args.remove_kl_loss and args.beta not in (None, 0.0):
+            errors.append(f"--remove_kl_loss True contradicts --beta {args.beta:g}: give one of them")
+    elif args.beta is not None:
+        grpo["beta"] = args.beta
+    if args.clipping_ratio is not None:
+        grpo["epsilon_high"] = args.clipping_ratio
+    if args.epsilon is not None:
+        grpo["epsilon"] = args.epsilon
+    eps_low = grpo.get("epsilon", base.get("epsilon", 0.2))
+    eps_high = grpo.get("epsilon_high", base.get("epsilon_high"))
+    if eps_high is not None and eps_high < eps_low:
+        notes.append(f"clip: epsilon_high {eps_high:g} < epsilon {eps_low:g} (clip-lower, not clip-higher)")
+    if mask:
+        grpo["mask_truncated_completions"] = False  # TRL's "mask all" is what the conditional mask replaces
+
+    if cuda is None:
+        cuda = _cuda_available()
+    use_cpu = bool(args.use_cpu or not cuda)
+    if not args.use_cpu and not cuda:
+        notes.append("no GPU visible: training on CPU (--use_cpu)")
+    dtype = args.dtype or ("float32" if use_cpu else "bfloat16")
+    if use_cpu and dtype in ("bfloat16", "float16"):
+        errors.append(f"--dtype {dtype} on CPU: use float32 (GRPOConfig's bf16/fp16 need a GPU)")
+    if args.use_vllm and use_cpu:
+        errors.append("--use_vllm needs a GPU (vLLM generation)")
+    lr = args.learning_rate if args.learning_rate is not None else (1e-5 if args.use_lora else 1e-6)
+    per_step = args.per_device_train_batch_size * args.gradient_accumulation_steps * _world_size()
+    if per_step % args.num_generations:
+        errors.append(f"--per_device_train_batch_size {args.per_device_train_batch_size} x "
+                      f"--gradient_accumulation_steps {args.gradient_accumulation_steps} x {_world_size()} process(es) "
+                      f"= {per_step} completions per step is not a multiple of --num_generations "
+                      f"{args.num_generations}")
+    if args.max_steps == 0 or args.max_steps < -1:
+        errors.append(f"--max_steps must be >= 1 (or -1: use --num_train_epochs), got {args.max_steps}")
+    if args.lora_dropout >= 1:
+        errors.append(f"--lora_dropout must be in [0, 1), got {args.lora_dropout:g}")
+    grpo.update(
+        output_dir=args.output_dir, seed=args.seed, data_seed=args.seed, learning_rate=lr, max_steps=args.max_steps,
+        num_train_epochs=args.num_train_epochs, per_device_train_batch_size=args.per_device_train_batch_size,
+        gradient_accumulation_steps=args.gradient_accumulation_steps, num_generations=args.num_generations,
+        max_completion_length=args.max_completion_length, logging_steps=args.logging_steps,
+        save_strategy="steps" if args.save_steps else "no", report_to=_report_to(args.report_to),
+        use_cpu=use_cpu, bf16=(dtype == "bfloat16"), fp16=(dtype == "float16"),
+        gradient_checkpointing=args.gradient_checkpointing, use_vllm=args.use_vllm,
+        model_init_kwargs={"dtype": dtype, "trust_remote_code": args.trust_remote_code},
+        trust_remote_code=args.trust_remote_code,
+    )
+    if args.save_steps:
+        grpo["save_steps"] = args.save_steps
+    if args.use_vllm:
+        grpo["vllm_mode"] = "colocate"
+
+    config = None
+    nested: dict[str, dict[str, Any]] = {"mask": {}, "temperature": {}}
+    for key, value in {**keys, **given}.items():
+        section, name = key.split(".", 1)
+        nested[section][name] = value
+    nested["mask"].setdefault("seed", args.seed if args.seed >= 0 else 0)
+    nested["mask"]["enable"] = mask
+    if not errors:
+        try:
+            config = parse_config(nested)
+        except ConfigError as e:
+            errors.append(_flag_message(str(e), given, keys))
+    if config is not None and control and config.temperature.mode == "auto" and config.temperature.start == "probe":
+        errors.append("--mc.temperature.start probe is not run inside the trainer: run `microcoder temperature probe` "
+                      "on the model, then pass --temperature <recommended>")
+    lora = None
+    if args.use_lora:
+        targets = args.lora_target_modules.strip()
+        lora = {"r": args.lora_r, "lora_alpha": args.lora_alpha, "lora_dropout": args.lora_dropout,
+                "target_modules": targets if targets == "all-linear" else [t for t in targets.split(",") if t],
+                "task_type": "CAUSAL_LM"}
+    if errors:
+        raise UsageError(errors)
+    return Plan(args.preset, grpo, config, mask, control, lora, notes)
+
+
+def _flag_message(message: str, given: dict, keys: dict) -> str:
+    """A core ConfigError with the flag that set the key: --mc.* as the OpenRLHF launcher says it, the seed's flags
+    by their own names."""
+    from microcoder_ext.openrlhf import options as mc
+
+    seed_flag = {"temperature.value": "--temperature", "temperature.mode": "--diversity_driven_temp/--temperature_mode",
+                 "mask.enable": "--use_conditional_mask"}
+    for key, name in seed_flag.items():
+        if key in keys and key not in given and f"microcoder.{key}" in message:
+            return f"{name}: {message}" + (
+                " (with --diversity_driven_temp True the start temperature must be one of the candidates)"
+                if key == "temperature.value" else "")
+    return mc.config_message(message, list(given))
+
+
+def _report_to(text: str) -> list[str] | str:
+    names = [t.strip() for t in text.split(",") if t.strip()]
+    return "none" if not names or names == ["none"] else names
+
+
+def _world_size() -> int:
+    try:
+        return max(1, int(os.environ.get("WORLD_SIZE", "1")))
+    except ValueError:
+        return 1
+
+
+def _cuda_available() -> bool:
+    try:
+        import torch
+
+        return bool(torch.cuda.is_available())
+    except ImportError:
+        return False
+
+
+# ------------------------------------------------------------------------------------------------ data
+
+
+class DatasetError(UsageError):
+    pass
+
+
+def _read_jsonl(path: Path) -> list[dict]:
+    opener = gzip.open if path.suffix == ".gz" else open
+    rows = []
+    with opener(path, "rt", encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise DatasetError(f"--dataset {path}: line {n} is not JSON ({e.msg})") from None
+            if not isinstance(row, dict):
+                raise DatasetError(f"--dataset {path}: line {n} is not a JSON object")
+            rows.append(row)
+    return rows
+
+
+def _local_file(path: Path) -> Path:
+    if path.is_dir():
+        for name in ("train.parquet", "train.jsonl", "problems.train.jsonl"):
+            if (path / name).is_file():
+                return path / name
+        raise DatasetError(f"--dataset {path}: a directory without train.parquet, train.jsonl or problems.train.jsonl "
+                           "(the files `microcoder data prepare` writes)")
+    return path
+
+
+def read_rows(spec: str, *, config: str | None = None, split: str = "train") -> tuple[list[dict], str]:
+    """Rows of a local parquet/JSONL (or a prepare directory) or of a Hugging Face dataset; and where they came from."""
+    path = Path(spec)
+    if path.exists():
+        path = _local_file(path)
+        name = path.name.lower()
+        try:
+            if name.endswith(".parquet"):
+                import pyarrow.parquet as pq
+
+                return pq.read_table(path).to_pylist(), str(path)
+            if name.endswith((".jsonl", ".jsonl.gz", ".json")):
+                return _read_jsonl(path), str(path)
+        except DatasetError:
+            raise
+        except Exception as e:  # noqa: BLE001 - unreadable file
+            raise DatasetError(f"--dataset {path}: cannot read it ({type(e).__name__}: {e})") from None
+        raise DatasetError(f"--dataset {path}: not a .parquet, .jsonl, .jsonl.gz or .json file")
+    if spec.startswith((".", "/", "~")) or spec.endswith((".parquet", ".jsonl", ".gz", ".json")):
+        raise DatasetError(f"--dataset {spec}: no such file or directory")
+    try:
+        import datasets
+
+        ds = datasets.load_dataset(spec, config, split=split)
+    except Exception as e:  # noqa: BLE001 - offline, unknown name, gated, bad split
+        raise DatasetError(f"--dataset {spec}: not a local file, and loading it as a Hugging Face dataset failed "
+                           f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})") from None
+    return [dict(r) for r in ds], f"hf:{spec}" + (f":{config}" if config else "") + f"[{split}]"
+
+
+def _tests_text(value: Any) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, (bytes, bytearray)):
+        value = value.decode()
+    if isinstance(value, str):
+        return value if value.strip() else None
+    return json.dumps(value)
+
+
+def to_trl_row(row: dict, index: int) -> dict:
+    """One dataset row -> ``{"prompt", "tests", "extra_info"}`` (the columns :class:`CodeReward` reads)."""
+    prompt, tests, info = row.get("prompt"), None, None
+    rm = row.get("reward_model")
+    if isinstance(rm, dict) and rm.get("ground_truth") is not None:  # verl
+        tests, info = rm["ground_truth"], row.get("extra_info")
+    elif row.get("label") is not None and prompt is not None:  # OpenRLHF
+        tests = row["label"]
+        info = {k[len("meta_"):]: v for k, v in row.items() if k.startswith("meta_")} or None
+    elif row.get("tests") is not None and prompt is None and row.get("statement") is not None:  # Problem.to_dict()
+        from microcoder_ext.data.problem import Problem
+
+        t = row["tests"]
+        t = json.loads(t) if isinstance(t, str) else t
+        known = {k: row[k] for k in ("id", "source", "statement", "title", "starter_code", "difficulty", "platform",
+                                     "date", "solutions", "extra") if k in row and row[k] is not None}
+        p = Problem(**{"id": str(row.get("id", index)), "source": str(row.get("source", "local")), **known, "tests": t})
+        prompt, tests, info = [{"role": "user", "content": p.prompt_text()}], t, p.metadata()
+    elif row.get("tests") is not None:
+        tests, info = row["tests"], row.get("extra_info")
+    if prompt is None or tests is None:
+        cols = ", ".join(sorted(row))
+        raise DatasetError(f"row {index}: unknown row shape (columns: {cols}); expected verl (prompt, "
+                           "reward_model.ground_truth), OpenRLHF (prompt, label), a problem record (statement, tests) "
+                           "or prompt + tests")
+    if isinstance(prompt, str):
+        prompt_value: Any = prompt
+    elif isinstance(prompt, (list, tuple)) and all(isinstance(m, dict) and "content" in m for m in prompt):
+        prompt_value = [{"role": str(m.get("role", "user")), "content": str(m["content"])} for m in prompt]
+    else:
+        raise DatasetError(f"row {index}: prompt must be a string or a list of chat messages, got "
+                           f"{type(prompt).__name__}")
+    if isinstance(info, str):
+        try:
+            info = json.loads(info)
+        except ValueError:
+            info = None
+    return {"prompt": prompt_value, "tests": _tests_text(tests),
+            "extra_info": json.dumps(info, default=str) if isinstance(info, dict) else "{}"}
+
+
+def load_train_dataset(args: argparse.Namespace, tokenizer=None):
+    """The TRL dataset (columns prompt, tests, extra_info) and a one-line description."""
+    rows, origin = read_rows(args.dataset, config=args.dataset_config, split=args.dataset_split)
+    if args.max_samples:
+        rows = rows[: args.max_samples]
+    if not rows:
+        raise DatasetError(f"--dataset {origin}: no rows")
+    out = [to_trl_row(r, i) for i, r in enumerate(rows)]
+    chat = tokenizer is None or getattr(tokenizer, "chat_template", None)
+    if not chat:  # conversational prompts need a chat template: plain text instead
+        for r in out:
+            if isinstance(r["prompt"], list):
+                r["prompt"] = "\n\n".join(m["content"] for m in r["prompt"])
+    dropped = 0
+    if args.max_prompt_length and tokenizer is not None:
+        keep = []
+        for r in out:
+            text = r["prompt"] if isinstance(r["prompt"], str) else tokenizer.apply_chat_template(
+                r["prompt"], tokenize=False, add_generation_prompt=True)
+            if len(tokenizer(text, add_special_tokens=False)["input_ids"]) <= args.max_prompt_length:
+                keep.append(r)
+        dropped, out = len(out) - len(keep), keep
+        if not out:
+            raise DatasetError(f"--dataset {origin}: every prompt is longer than --max_prompt_length "
+                               f"{args.max_prompt_length}")
+    from datasets import Dataset
+
+    desc = f"{len(out)} rows from {origin}" + (f" ({dropped} dropped: prompt > --max_prompt_length)" if dropped else "")
+    if not chat:
+        desc += "; the tokenizer has no chat template: chat prompts joined as plain text"
+    return Dataset.from_list(out), desc
+
+
+# ------------------------------------------------------------------------------------------------ run
+
+
+def _err(msg: str) -> None:
+    print(f"error: {msg}", file=sys.stderr)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        from microcoder_ext.trl.guard import check_trl
+
+        version = check_trl()
+    except ImportError as e:
+        _err(f"`microcoder train` needs TRL: pip install 'microcoder-ext[trl]' ({e})")
+        return EXIT_USAGE
+    except Exception as e:  # noqa: BLE001 - the guard's message says what differs
+        _err(str(e))
+        return EXIT_USAGE
+    try:
+        p = plan(args)
+    except UsageError as e:
+        for line in e.errors:
+            _err(line)
+        return EXIT_USAGE
+
+    is_main = int(os.environ.get("RANK", "0")) == 0
+    say = print if is_main else (lambda *a, **k: None)
+    tokenizer = None
+    if not args.dry_run:
+        try:
+            from transformers import AutoTokenizer
+
+            tokenizer = AutoTokenizer.from_pretrained(args.model_name_or_path, trust_remote_code=args.trust_remote_code)
+        except Exception as e:  # noqa: BLE001 - missing / offline / not a model
+            _err(f"--model_name_or_path {args.model_name_or_path}: cannot load its tokenizer "
+                 f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})")
+            return EXIT_USAGE
+        if tokenizer.pad_token is None:
+            tokenizer.pad_token = tokenizer.eos_token
+    try:
+        dataset, desc = load_train_dataset(args, tokenizer)
+    except UsageError as e:
+        for line in e.errors:
+            _err(line)
+        return EXIT_USAGE
+
+    settings = {"trl": version, "model": args.model_name_or_path, "dataset": desc, **p.to_dict()}
+    say(f"microcoder train: preset {p.preset}; mask {'on' if p.mask else 'off'}; temperature "
+        + (f"controller ({p.microcoder.temperature.mode}, start {p.grpo.get('temperature'):g})" if p.temperature_control
+           else f"constant {p.grpo.get('temperature', 'TRL default')}")
+        + f"; beta {p.grpo.get('beta', _preset_value(p.preset, 'beta'))}; clip [1 - "
+        + f"{p.grpo.get('epsilon', _preset_value(p.preset, 'epsilon'))}, 1 + "
+        + f"{p.grpo.get('epsilon_high', _preset_value(p.preset, 'epsilon_high'))}]"
+        + ("; LoRA r=%d alpha=%d" % (p.lora["r"], p.lora["lora_alpha"]) if p.lora else "")
+        + f"; {'CPU' if p.grpo['use_cpu'] else 'GPU'}")
+    say(f"data: {desc}")
+    for note in p.notes:
+        say(f"note: {note}")
+    if args.dry_run:
+        print(json.dumps(settings, indent=2, default=str))
+        return EXIT_OK
+
+    from microcoder_ext.trl.config import microcoder_grpo_config
+    from microcoder_ext.trl.reward import CodeReward
+    from microcoder_ext.trl.trainer import MicrocoderGRPOTrainer
+
+    try:
+        config = microcoder_grpo_config(p.preset, **p.grpo)
+    except (ValueError, TypeError) as e:  # GRPOConfig's own checks (batch divisibility, ...)
+        _err(f"GRPOConfig: {e}")
+        return EXIT_USAGE
+    peft_config = None
+    if p.lora:
+        from peft import LoraConfig
+
+        peft_config = LoraConfig(**p.lora)
+    out = Path(args.output_dir)
+    t0 = time.monotonic()
+    trainer = MicrocoderGRPOTrainer(
+        model=args.model_name_or_path, args=config, reward_funcs=[CodeReward(tests_key="tests")],
+        train_dataset=dataset, processing_class=tokenizer, peft_config=peft_config, microcoder=p.microcoder,
+        temperature_control=p.temperature_control)
+    result = trainer.train()
+    trainer.save_model(str(out))
+    if is_main:
+        out.mkdir(parents=True, exist_ok=True)
+        settings["wall_time_s"] = time.monotonic() - t0
+        settings["global_step"] = int(trainer.state.global_step)
+        settings["train_metrics"] = dict(result.metrics) if result is not None else {}
+        (out / "microcoder_train.json").write_text(json.dumps(settings, indent=2, default=str) + "\n")
+        say(f"done: {trainer.state.global_step} steps in {settings['wall_time_s']:.0f} s; model and "
+            f"microcoder_train.json in {out}")
+    return EXIT_OK
+
+
+def _preset_value(preset: str, key: str):
+    from microcoder_ext.trl.config import preset_settings
+
+    return preset_settings(preset).get(key, "TRL default")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m microcoder_ext.trl.train_cli`` (what ``accelerate launch -m`` runs)."""
+    parser = argparse.ArgumentParser(prog="python -m microcoder_ext.trl.train_cli")
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
