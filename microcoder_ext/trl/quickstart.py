@@ -70,7 +70,7 @@ class Settings:
     warm_batch_size: int = 16
     warm_lr: float = 3e-3
     # MicroCoder-GRPO
-    steps: int = 24
+    steps: int = 40
     prompts_per_step: int = 8
     num_generations: int = 8
     max_completion_length: int = 48

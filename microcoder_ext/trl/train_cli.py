@@ -76,8 +76,10 @@ examples:
   microcoder train --model_name_or_path Qwen/Qwen3-1.7B --dataset data/ --output_dir runs/mc \\
       --use_conditional_mask True --diversity_driven_temp True --remove_kl_loss True --clipping_ratio 0.3 \\
       --per_device_train_batch_size 4 --gradient_accumulation_steps 8 --use_lora
-  several GPUs (one process each; accelerate's own flags first):
+  several GPUs (one process each; accelerate's own flags first; both forms run the same code):
     accelerate launch --num_processes 4 -m microcoder_ext.trl.train_cli --model_name_or_path ... --dataset ...
+    accelerate launch --num_processes 4 $(which microcoder) train --model_name_or_path ... --dataset ...
+  (per_device_train_batch_size x gradient_accumulation_steps x processes must be a multiple of num_generations)
   CPU smoke run:
     microcoder train --model_name_or_path ./tiny --dataset data/train.parquet --use_cpu --max_steps 1 \\
       --num_generations 2 --per_device_train_batch_size 2 --gradient_accumulation_steps 1 --max_completion_length 32
