@@ -9,6 +9,7 @@
   microcoder eval ...                          pass@1 / pass@k by platform x difficulty (LiveCodeBench-style)
   microcoder plot RUN... -o OUT.png            the paper's training-curve panels from run logs
   microcoder train ...                         MicroCoder-GRPO through Hugging Face TRL (GRPOTrainer)
+  microcoder doctor verl|openrlhf|trl ...      check a launch configuration against the paper's insights
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "eval": ("microcoder_ext.eval.cli", "pass@1 / pass@k by platform x difficulty (LiveCodeBench-style)"),
     "plot": ("microcoder_ext.eval.plot_cli", "the paper's training-curve panels from run logs"),
     "train": ("microcoder_ext.trl.train_cli", "MicroCoder-GRPO with Hugging Face TRL (one GPU, LoRA, or CPU)"),
+    "doctor": ("microcoder_ext.doctor_cli", "check a verl / OpenRLHF / TRL launch against the paper's insights"),
 }
 
 

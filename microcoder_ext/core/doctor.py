@@ -377,13 +377,15 @@ def _rule_kl(plan: TrainingPlan) -> Iterable[Finding]:
     if not on and plan.kl_coef is not None and plan.kl_coef > 0:
         on = [f"KL coefficient {plan.kl_coef:g}"]
     if on:
-        items = [("kl_loss", False)] if plan.kl_loss else []
-        if plan.kl_coef or not items:
-            items.append(("kl_coef", 0.0))
+        # the first override the adapter knows: the switch when a KL switch is on, else the coefficient
+        order = ("kl_loss", "kl_coef") if (plan.kl_loss or plan.kl_in_reward) else ("kl_coef", "kl_loss")
+        value = {"kl_loss": False, "kl_coef": 0.0}
+        concept = next((c for c in order if plan.fixes.get(c)), order[0])
         yield Finding(
             "kl-with-microcoder", "warning",
             f"MicroCoder-GRPO trains without KL (beta0 = 0), this plan uses {' and '.join(on)}",
-            INSIGHT["kl-with-microcoder"], _fix(plan, *items, prose="remove the KL term (coefficient 0)"),
+            INSIGHT["kl-with-microcoder"],
+            _fix(plan, (concept, value[concept]), prose="remove the KL term (KL loss off, coefficient 0)"),
         )
 
 
