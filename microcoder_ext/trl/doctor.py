@@ -57,6 +57,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import warnings
 from typing import Any
 
 PROG = "microcoder train"
@@ -223,8 +224,10 @@ def inspect(argv: list[str]) -> Inspection:
     config_errors: list[str] = []
     config = None
     try:
-        config = microcoder_grpo_config(settings.preset, **{**settings.grpo, "bf16": False, "fp16": False,
-                                                             "use_cpu": True})
+        with warnings.catch_warnings():  # transformers' deprecation notes on microcoder train's own keywords
+            warnings.simplefilter("ignore", FutureWarning)
+            config = microcoder_grpo_config(settings.preset, **{**settings.grpo, "bf16": False, "fp16": False,
+                                                                 "use_cpu": True})
     except (ValueError, TypeError) as e:
         config_errors.append(f"{PROG}: GRPOConfig refuses the settings: {e}")
 
