@@ -12,53 +12,22 @@ was found. The launcher calls it before patching anything and the trainer calls 
 
 from __future__ import annotations
 
-import dataclasses
-import importlib
-import inspect
-from collections.abc import Callable
-from dataclasses import dataclass
-
-from microcoder_ext.compat import UnsupportedVersionError, require
+from microcoder_ext.compat import UnsupportedVersionError
+from microcoder_ext.internals import (
+    Check,
+    exists as _exists,
+    fields as _fields,
+    name,
+    problems as _problems,
+    require_internals,
+    resolve as _obj,
+    signature as _signature,
+    source_has as _source_has,
+)
 
 
 class OpenRLHFInternalsError(UnsupportedVersionError):
     """An OpenRLHF internal the adapter relies on is missing or has changed."""
-
-
-@dataclass(frozen=True)
-class Check:
-    what: str  # the internal, as the error names it
-    run: Callable[[], str | None]  # None when it holds, else what was found
-
-
-def _obj(path: str):
-    """``pkg.module:Attr.attr`` -> the object (ImportError / AttributeError propagate)."""
-    module, _, attrs = path.partition(":")
-    obj = importlib.import_module(module)
-    for name in attrs.split(".") if attrs else ():
-        obj = getattr(obj, name)
-    return obj
-
-
-def _params(fn) -> list[str]:
-    # Ray adds _ray_trace_ctx to actor method signatures
-    return [p for p in inspect.signature(fn).parameters if p != "_ray_trace_ctx"]
-
-
-def _signature(path: str, expected: list[str]) -> Check:
-    def run():
-        found = _params(_obj(path))
-        return None if found[: len(expected)] == expected and len(found) == len(expected) else f"parameters {found}"
-
-    return Check(f"{path.replace(':', '.')}({', '.join(expected)})", run)
-
-
-def _source_has(path: str, snippet: str, meaning: str) -> Check:
-    def run():
-        src = inspect.getsource(_obj(path))
-        return None if snippet in src else f"its source no longer contains `{snippet}`"
-
-    return Check(f"{path.replace(':', '.')} {meaning}", run)
 
 
 def _ray_actor_class(path: str, base: str | None = None) -> Check:
@@ -72,24 +41,8 @@ def _ray_actor_class(path: str, base: str | None = None) -> Check:
             return f"{cls.__qualname__} no longer subclasses {base}"
         return None
 
-    what = f"{path.replace(':', '.')} is a @ray.remote class" + (f" of {base.split(':')[-1]}" if base else "")
+    what = f"{name(path)} is a @ray.remote class" + (f" of {base.split(':')[-1]}" if base else "")
     return Check(what, run)
-
-
-def _fields(path: str, names: tuple[str, ...]) -> Check:
-    def run():
-        have = {f.name for f in dataclasses.fields(_obj(path))}
-        missing = [n for n in names if n not in have]
-        return f"missing fields {missing}" if missing else None
-
-    return Check(f"{path.replace(':', '.')} dataclass fields {', '.join(names)}", run)
-
-
-def _exists(path: str) -> Check:
-    def run():
-        return None if callable(_obj(path)) else "not callable"
-
-    return Check(path.replace(":", "."), run)
 
 
 _TRAINER = "openrlhf.trainer.ppo_trainer"
@@ -137,15 +90,7 @@ CHECKS: tuple[Check, ...] = (
 
 def problems(checks: tuple[Check, ...] = CHECKS) -> list[str]:
     """One line per internal that does not hold (empty: all hold)."""
-    out = []
-    for check in checks:
-        try:
-            found = check.run()
-        except (ImportError, AttributeError, TypeError, ValueError, OSError) as e:
-            found = f"{type(e).__name__}: {e}"
-        if found is not None:
-            out.append(f"{check.what}: {found}")
-    return out
+    return _problems(checks)
 
 
 def check_openrlhf() -> str:
@@ -153,12 +98,4 @@ def check_openrlhf() -> str:
 
     Returns the installed OpenRLHF version.
     """
-    version = require("openrlhf")
-    found = problems()
-    if found:
-        raise OpenRLHFInternalsError(
-            f"microcoder-ext's OpenRLHF adapter relies on OpenRLHF internals that differ in the installed "
-            f"openrlhf {version} (tested: 0.11.2, compat/matrix.toml):\n  - " + "\n  - ".join(found)
-            + "\nInstall openrlhf==0.11.2 or port microcoder_ext/openrlhf to this release."
-        )
-    return version
+    return require_internals("openrlhf", "0.11.2", "OpenRLHF", problems(), OpenRLHFInternalsError)

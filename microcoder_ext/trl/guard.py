@@ -12,61 +12,23 @@ was expected and what was found. The trainer calls it in ``__init__`` before tou
 
 from __future__ import annotations
 
-import importlib
 import inspect
-from collections.abc import Callable
-from dataclasses import dataclass
 
-from microcoder_ext.compat import UnsupportedVersionError, require
+from microcoder_ext.compat import UnsupportedVersionError
+from microcoder_ext.internals import (
+    Check,
+    fields,
+    params_include as _params_include,
+    problems as _problems,
+    require_internals,
+    resolve as _obj,
+    signature as _signature,
+    source_has as _source_has,
+)
 
 
 class TRLInternalsError(UnsupportedVersionError):
     """A TRL internal the adapter relies on is missing or has changed."""
-
-
-@dataclass(frozen=True)
-class Check:
-    what: str  # the internal, as the error names it
-    run: Callable[[], str | None]  # None when it holds, else what was found
-
-
-def _obj(path: str):
-    """``pkg.module:Attr.attr`` -> the object (ImportError / AttributeError propagate)."""
-    module, _, attrs = path.partition(":")
-    obj = importlib.import_module(module)
-    for name in attrs.split(".") if attrs else ():
-        obj = getattr(obj, name)
-    return obj
-
-
-def _name(path: str) -> str:
-    return path.replace(":", ".")
-
-
-def _signature(path: str, expected: list[str]) -> Check:
-    def run():
-        found = list(inspect.signature(_obj(path)).parameters)
-        return None if found == expected else f"parameters {found}"
-
-    return Check(f"{_name(path)}({', '.join(expected)})", run)
-
-
-def _params_include(path: str, expected: list[str]) -> Check:
-    def run():
-        found = list(inspect.signature(_obj(path)).parameters)
-        missing = [p for p in expected if p not in found]
-        return f"no parameter(s) {missing} (has {found})" if missing else None
-
-    return Check(f"{_name(path)} takes {', '.join(expected)}", run)
-
-
-def _source_has(path: str, snippets: tuple[str, ...], meaning: str) -> Check:
-    def run():
-        src = inspect.getsource(_obj(path))
-        missing = [s for s in snippets if s not in src]
-        return None if not missing else "its source no longer contains " + ", ".join(f"`{s}`" for s in missing)
-
-    return Check(f"{_name(path)} {meaning}", run)
 
 
 def _fused_head_closure() -> Check:
@@ -90,14 +52,7 @@ def _fused_head_closure() -> Check:
 
 
 def _config_fields(names: tuple[str, ...]) -> Check:
-    def run():
-        import dataclasses
-
-        have = {f.name for f in dataclasses.fields(_obj("trl:GRPOConfig"))}
-        missing = [n for n in names if n not in have]
-        return f"missing fields {missing}" if missing else None
-
-    return Check(f"trl.GRPOConfig fields {', '.join(names)}", run)
+    return fields("trl:GRPOConfig", names)
 
 
 _T = "trl.trainer.grpo_trainer:GRPOTrainer"
@@ -158,15 +113,7 @@ CHECKS: tuple[Check, ...] = (
 
 def problems(checks: tuple[Check, ...] = CHECKS) -> list[str]:
     """One line per internal that does not hold (empty: all hold)."""
-    out = []
-    for check in checks:
-        try:
-            found = check.run()
-        except (ImportError, AttributeError, TypeError, ValueError, OSError) as e:
-            found = f"{type(e).__name__}: {e}"
-        if found is not None:
-            out.append(f"{check.what}: {found}")
-    return out
+    return _problems(checks)
 
 
 def check_trl() -> str:
@@ -174,12 +121,4 @@ def check_trl() -> str:
 
     Returns the installed TRL version.
     """
-    version = require("trl")
-    found = problems()
-    if found:
-        raise TRLInternalsError(
-            f"microcoder-ext's TRL adapter relies on TRL internals that differ in the installed trl {version} "
-            f"(tested: 1.16.0, compat/matrix.toml):\n  - " + "\n  - ".join(found)
-            + "\nInstall trl==1.16.0 or port microcoder_ext/trl to this release."
-        )
-    return version
+    return require_internals("trl", "1.16.0", "TRL", problems(), TRLInternalsError)
