@@ -32,7 +32,7 @@ estimator               ``grpo`` (TRL's group z-score, ``scale_rewards``; group_
 group_size              ``num_generations`` (``--num_generations``)
 train_batch_size        ``generation_batch_size / num_generations``: prompts per generation
                         (``per_device_train_batch_size x steps_per_generation x processes``; ``microcoder train``
-                        leaves ``steps_per_generation`` = ``gradient_accumulation_steps``)
+                        leaves ``steps_per_generation`` = ``gradient_accumulation_steps`` unless ``--steps_per_generation``)
 mini_batch_size         ``per_device_train_batch_size x gradient_accumulation_steps x processes / num_generations``:
                         prompts per optimizer update
 max_response_length     ``max_completion_length``
@@ -119,13 +119,13 @@ def _fixes(settings: Any, grpo: dict, world: int) -> dict[str, str]:
         "missing_verdict": "--mc.mask.missing_verdict {}",
     }
     # prompts per optimizer step = per_device x accumulation x processes / num_generations: one flag can't say it in
-    # prompts, so the batch fixes name the product (microcoder train has no steps_per_generation flag: one update per
-    # generation batch)
+    # prompts, so the batch fixes name the product; microcoder train updates once per generation batch unless
+    # --steps_per_generation is a multiple > 1 of --gradient_accumulation_steps
     g = grpo["num_generations"]
     fixes["train_batch_size"] = (f"--per_device_train_batch_size x --gradient_accumulation_steps x {world} process(es) "
                                  f"= {{}} prompts x {g} (--num_generations)")
-    fixes["mini_batch_size"] = ("GRPOConfig(steps_per_generation = 2 x gradient_accumulation_steps) with "
-                                "MicrocoderGRPOTrainer (microcoder train updates once per generation batch)")
+    fixes["mini_batch_size"] = (f"--steps_per_generation {2 * grpo['gradient_accumulation_steps']} (two optimizer "
+                                "updates per generation batch)")
     fixes["group_size"] = "--num_generations {}"
     return fixes
 

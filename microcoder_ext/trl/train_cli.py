@@ -189,6 +189,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--per_device_train_batch_size", type=positive_int, default=4,
                    help="completions per device per micro-step (default %(default)s)")
     g.add_argument("--gradient_accumulation_steps", type=positive_int, default=8, help="(default %(default)s)")
+    g.add_argument("--steps_per_generation", type=positive_int, default=None,
+                   help="micro-steps per generation batch (TRL's GRPOConfig.steps_per_generation; default = "
+                        "--gradient_accumulation_steps: one optimizer update per generated batch, fully on-policy; "
+                        "2 x it gives two updates per batch, like the paper's batch 64 / mini-batch 32)")
     g.add_argument("--num_generations", type=_number(int, 2), default=8,
                    help="completions per prompt, the GRPO group (default %(default)s; per_device_train_batch_size x "
                         "gradient_accumulation_steps x processes must be a multiple of it)")
@@ -387,6 +391,11 @@ def plan(args: argparse.Namespace, *, cuda: bool | None = None) -> Plan:
     )
     if args.save_steps:
         grpo["save_steps"] = args.save_steps
+    if args.steps_per_generation is not None:
+        if args.steps_per_generation % args.gradient_accumulation_steps:
+            errors.append(f"--steps_per_generation {args.steps_per_generation} must be a multiple of "
+                          f"--gradient_accumulation_steps {args.gradient_accumulation_steps}")
+        grpo["steps_per_generation"] = args.steps_per_generation
     if args.use_vllm:
         grpo["vllm_mode"] = "colocate"
 

@@ -119,14 +119,19 @@ def test_short_response():
     assert "short-response" not in codes(check("--max_completion_length", "8192")[1])
 
 
-def test_on_policy_batch_is_inherent_to_microcoder_train():
-    # microcoder train leaves GRPOConfig.steps_per_generation = gradient_accumulation_steps: each generation batch
-    # feeds exactly one optimizer update, whatever the batch flags; no flag of it avoids the warning
+def test_on_policy_batch_and_steps_per_generation():
+    # by default microcoder train leaves GRPOConfig.steps_per_generation = gradient_accumulation_steps: each
+    # generation batch feeds exactly one optimizer update (fully on-policy); the fix names --steps_per_generation
     for extra in ([], ["--per_device_train_batch_size", "8", "--gradient_accumulation_steps", "32"],
                   ["--num_generations", "16", "--per_device_train_batch_size", "16"]):
         plan, findings, _ = check(*extra)
         assert plan.train_batch_size == plan.mini_batch_size
-        assert "steps_per_generation" in only(findings, "on-policy-batch").fix
+        assert only(findings, "on-policy-batch").fix.startswith("--steps_per_generation ")
+    # two updates per generation batch: no on-policy warning, batch = 2 x mini-batch
+    plan, findings, _ = check("--per_device_train_batch_size", "8", "--gradient_accumulation_steps", "16",
+                              "--steps_per_generation", "32")
+    assert (plan.train_batch_size, plan.mini_batch_size) == (32, 16)
+    assert "on-policy-batch" not in codes(findings, "warning")
     # the size info: 4 prompts is outside 32..128, 8 x 32 / 8 = 32 is not
     assert "on-policy-batch" in codes(check()[1], "info")
     assert "on-policy-batch" not in codes(

@@ -96,6 +96,8 @@ def test_bad_flag_values_exit_2_with_a_clear_message(argv, message, capsys):
     (["--per_device_train_batch_size", "3", "--gradient_accumulation_steps", "1"],
      "not a multiple of --num_generations"),
     (["--remove_kl_loss", "True", "--beta", "0.1"], "--remove_kl_loss True contradicts --beta 0.1"),
+    (["--gradient_accumulation_steps", "8", "--steps_per_generation", "12"],
+     "--steps_per_generation 12 must be a multiple of --gradient_accumulation_steps 8"),
 ])
 def test_inconsistent_values_exit_2_naming_the_flag(argv, message, capsys, verl_parquet):
     rc = main(["train", "--model_name_or_path", "m", "--dataset", verl_parquet, "--dry_run", *argv])
