@@ -44,8 +44,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "examples:\n"
         "  microcoder doctor verl microcoder data.train_batch_size=64 actor_rollout_ref.rollout.n=8\n"
         "  microcoder doctor verl none +recipe=microcoder data.max_response_length=2048 --strict\n"
-        "  microcoder doctor openrlhf --advantage_estimator group_norm --n_samples_per_prompt 8 --mc.mask.rho 0.2\n"
-        "  microcoder doctor trl --model Qwen/Qwen3-1.7B --dataset data/ --json"
+        "  microcoder doctor openrlhf --mc.preset microcoder --rollout.n_samples_per_prompt 8 --mc.mask.rho 0.2\n"
+        "  microcoder doctor trl --model_name_or_path Qwen/Qwen3-1.7B --dataset data/ --json"
     )
     parser.add_argument("framework", choices=tuple(ADAPTERS), help="what the configuration launches")
     parser.add_argument(
