@@ -83,7 +83,7 @@ PAPER_STAGES = "[[0,0.6],[140,1.2]]"
 FIX_CONCEPTS = (
     "temperature", "temperature_stages", "kl_loss", "kl_coef", "clip_low", "clip_high", "mask_rho", "mask_mode",
     "max_response_length", "train_batch_size", "mini_batch_size", "group_size", "reward", "missing_verdict",
-    "logprob_temperature",
+    "logprob_temperature", "temperature_sync",
 )
 
 
@@ -293,7 +293,8 @@ def _rule_mismatch(plan: TrainingPlan) -> Iterable[Finding]:
             f"the temperature controller (mode {t.mode}) changes the sampling temperature, but the log-probs are not "
             f"driven by the same source: the ratio pi^T/pi_old^T mixes temperatures after the first change",
             INSIGHT["temperature-mismatch"],
-            "run the controller through the MicroCoder trainer, which sets both every step",
+            _fix(plan, ("temperature_sync", None),
+                 prose="run the controller through the MicroCoder trainer, which sets both every step"),
         )
     r, lp = plan.rollout_temperature, plan.logprob_temperature
     if r is not None and lp is not None and not math.isclose(r, lp, abs_tol=1e-9):

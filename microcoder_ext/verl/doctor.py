@@ -16,7 +16,10 @@ What verl 0.9.1 does, read from its config:
   and as ``temperature`` in the meta info of the old/ref/new log-prob passes (``verl/trainer/ppo/v1/trainer_base.py``),
   so sampling and log-probs can not differ in a sync run: ``logprob_temperature = rollout_temperature`` and
   ``temperature_synced = True``. ``microcoder_sync`` writes the controller's step temperature into that key
-  every step (:mod:`microcoder_ext.verl.temperature`), so at step 0 both are the controller's first temperature;
+  every step (:mod:`microcoder_ext.verl.temperature`), so at step 0 both are the controller's first temperature.
+  Exception: a staged/auto controller with another agent loop than ``microcoder_single_turn`` (the agent-loop
+  workers keep a static copy of the config, so their samplers stay at the first temperature while the log-probs
+  follow the controller): ``temperature_synced = False`` (the trainer refuses this config too);
 * mask: only ``trainer.use_v1=true`` with ``trainer.v1.trainer_mode=microcoder_sync`` and ``microcoder.mask.enable``;
 * reward: ``reward.custom_reward_function.path`` ``pkg://microcoder_ext.reward`` (or the module's file) returns
   verdicts; another custom function is unknown (``None``); no custom function (verl's built-in scorers return a
@@ -62,7 +65,8 @@ FIXES: dict[str, str] = {
 }
 
 #: fragments of check_config failures that a doctor rule reports itself (kept out of invalid-config)
-_REPORTED_BY_RULES = ("microcoder.temperature.stages", "microcoder.temperature.candidates/min_interval", "is refused with a microcoder section")
+_REPORTED_BY_RULES = ("microcoder.temperature.stages", "microcoder.temperature.candidates/min_interval",
+                      "is refused with a microcoder section", "reaches the sampler only through the")
 
 
 def _int(v: Any) -> int | None:
@@ -149,6 +153,11 @@ def plan_from_verl(config, recipe: str | None = None, checks: bool = True) -> Tr
                 first = float(temperature.stages[0][1]) if temperature.mode == "staged" and temperature.stages \
                     else temperature.value
                 plan.rollout_temperature = plan.logprob_temperature = first
+                # the step temperature reaches the sampler only through our agent loop; with another one the
+                # samplers keep their initial temperature while the log-probs follow the controller
+                if temperature.mode != "constant" and get(mc_temp.AGENT_LOOP_KEY) != mc_temp.AGENT_LOOP_NAME:
+                    plan.temperature_synced = False
+                    plan.fixes["temperature_sync"] = f"{mc_temp.AGENT_LOOP_KEY}={mc_temp.AGENT_LOOP_NAME}"
 
     if checks:
         report = check_config(config)

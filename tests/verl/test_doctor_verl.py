@@ -67,6 +67,9 @@ CONFIGS: dict[str, tuple[str | None, list[str]]] = {
     "dapo_other_reward": ("dapo_baseline", LAUNCH + OTHER_REWARD),
     "n1": ("microcoder", LAUNCH + [f"{A}.rollout.n=1"]),
     "n1_gae": ("dapo_baseline", LAUNCH + [f"{A}.rollout.n=1", "algorithm.adv_estimator=gae"]),
+    "staged_single_turn": ("microcoder", LAUNCH + ["microcoder.temperature.mode=staged",
+                                                   "microcoder.temperature.stages=[[0,0.6],[140,1.2]]",
+                                                   f"{A}.rollout.agent.default_agent_loop=single_turn_agent"]),
     "async": ("microcoder", LAUNCH + ["trainer.v1.trainer_mode=colocate_async"]),
     "async_dapo": ("dapo_baseline", LAUNCH + ["trainer.v1.trainer_mode=colocate_async"]),
     "plus_recipe": (None, ["+recipe=microcoder", *LAUNCH, "data.max_response_length=2048"]),
@@ -185,14 +188,25 @@ def test_mask_without_verdicts(plans):
     assert "mask-without-verdicts" not in codes(plans, "dapo_other_reward")  # no mask, nothing reads verdicts
 
 
-def test_temperature_mismatch_cannot_happen_in_verl(plans):
+def test_temperature_mismatch_only_without_our_agent_loop(plans):
     """verl 0.9.1 has one key, actor_rollout_ref.rollout.temperature, for sampling and for the log-probs (the v1
-    trainer passes it as meta_info temperature to every log-prob pass), so no real config makes them differ."""
+    trainer passes it as meta_info temperature to every log-prob pass), so the two only part when microcoder_sync
+    changes the temperature and the sampler is not our agent loop (the agent-loop workers keep a static copy of the
+    config): then the samplers stay at the first temperature while the log-probs follow the controller."""
     src = (Path(verl.__file__).parent / "trainer/ppo/v1/trainer_base.py").read_text()
     assert src.count('"temperature": self.config.actor_rollout_ref.rollout.temperature') >= 3
     for name, plan in plans.items():
+        if name == "staged_single_turn":
+            continue
         assert plan.rollout_temperature == plan.logprob_temperature and plan.temperature_synced, name
         assert "temperature-mismatch" not in codes(plans, name), name
+    plan = plans["staged_single_turn"]
+    assert plan.temperature_synced is False
+    (f,) = [f for f in diagnose(plan) if f.code == "temperature-mismatch"]
+    assert f.severity == "error" and f.fix == f"{A}.rollout.agent.default_agent_loop=microcoder_single_turn"
+    # the trainer's own refusal of this config is reported once, by the rule, not again as invalid-config
+    assert "invalid-config" not in codes(plans, "staged_single_turn")
+    assert "temperature-mismatch" not in codes(plans, "staged_paper")  # our agent loop: synced
 
 
 def test_group_size_1(plans):
