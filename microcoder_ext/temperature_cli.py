@@ -25,7 +25,6 @@ pyarrow and vllm are imported when a probe runs.
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
 import math
 import os
@@ -33,6 +32,8 @@ import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
+
+from microcoder_ext.jsonl import iter_objects
 
 PROG = "microcoder temperature probe"
 EXIT_OK, EXIT_INPUT = 0, 2
@@ -214,26 +215,12 @@ def load_prompts(path: str, key: str = "prompt", limit: int = 0) -> list[str | l
         for i, v in enumerate(values[:limit] if limit else values):
             prompts.append(_prompt_value(v, f"{path}: row {i}"))
     else:
-        opener = gzip.open if path.endswith(".gz") else open
-        try:
-            with opener(path, "rt", encoding="utf-8") as f:
-                for lineno, line in enumerate(f, 1):
-                    if not line.strip():
-                        continue
-                    where = f"{path}:{lineno}"
-                    try:
-                        rec = json.loads(line)
-                    except json.JSONDecodeError as e:
-                        raise ProbeInputError(f"{where}: not JSON ({e.msg})") from None
-                    if not isinstance(rec, dict):
-                        raise ProbeInputError(f"{where}: expected a JSON object with a {key!r} key")
-                    if key not in rec:
-                        raise ProbeInputError(f"{where}: no {key!r} key (keys: {', '.join(map(str, rec))})")
-                    prompts.append(_prompt_value(rec[key], where))
-                    if limit and len(prompts) >= limit:
-                        break
-        except (OSError, UnicodeDecodeError, EOFError) as e:
-            raise ProbeInputError(f"{path}: cannot read ({_first_line(e)})") from None
+        for where, rec in iter_objects(path, ProbeInputError):
+            if key not in rec:
+                raise ProbeInputError(f"{where}: no {key!r} key (keys: {', '.join(map(str, rec))})")
+            prompts.append(_prompt_value(rec[key], where))
+            if limit and len(prompts) >= limit:
+                break
     if not prompts:
         raise ProbeInputError(f"{path}: no prompts")
     return prompts

@@ -21,6 +21,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+from microcoder_ext.jsonl import iter_objects
+
 PROG = "microcoder eval"
 EXIT_OK, EXIT_SCORING, EXIT_INPUT = 0, 1, 2
 
@@ -220,23 +222,7 @@ def load_problems_file(path: str) -> list[EvalProblem]:
             raise EvalInputError(f"{path}: not a readable parquet file ({str(e).splitlines()[0]})") from None
         out = [_from_verl_row(r, i, path) for i, r in enumerate(rows)]
     else:
-        import gzip
-
-        opener = gzip.open if path.endswith(".gz") else open
-        try:
-            with opener(path, "rt", encoding="utf-8") as f:
-                for lineno, line in enumerate(f, 1):
-                    if not line.strip():
-                        continue
-                    try:
-                        rec = json.loads(line)
-                    except ValueError as e:
-                        raise EvalInputError(f"{path}:{lineno}: not JSON ({e})") from None
-                    if not isinstance(rec, dict):
-                        raise EvalInputError(f"{path}:{lineno}: expected a JSON object")
-                    out.append(_from_jsonl_record(rec, f"{path}:{lineno}"))
-        except (OSError, UnicodeDecodeError, EOFError) as e:
-            raise EvalInputError(f"cannot read {path}: {e}") from None
+        out = [_from_jsonl_record(rec, where) for where, rec in iter_objects(path, EvalInputError)]
     if not out:
         raise EvalInputError(f"{path}: no problems")
     dup = [k for k, n in collections.Counter(p.id for p in out).items() if n > 1]

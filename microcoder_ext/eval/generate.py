@@ -18,11 +18,12 @@ Needs the real vLLM package and CUDA (:func:`microcoder_ext.temperature_cli.vllm
 
 from __future__ import annotations
 
-import gzip
 import json
 import os
 from dataclasses import dataclass, field
 from typing import Any, Sequence
+
+from microcoder_ext.jsonl import iter_objects
 
 
 class ResponsesError(Exception):
@@ -33,10 +34,6 @@ class GenerationUnavailable(Exception):
     """vLLM (or CUDA) is not usable here (exit status 2)."""
 
 
-def _open(path: str):
-    return gzip.open(path, "rt", encoding="utf-8") if path.endswith(".gz") else open(path, encoding="utf-8")
-
-
 def read_responses(path: str) -> dict[str, list[str]]:
     """``id -> [response, ...]`` from a responses JSONL (see the module doc); raises :class:`ResponsesError`
     naming the file and line of the first problem."""
@@ -44,26 +41,15 @@ def read_responses(path: str) -> dict[str, list[str]]:
         raise ResponsesError(f"responses file {path} does not exist" if not os.path.exists(path)
                              else f"responses file {path} is not a file")
     out: dict[str, list[str]] = {}
-    try:
-        with _open(path) as f:
-            for lineno, line in enumerate(f, 1):
-                if not line.strip():
-                    continue
-                where = f"{path}:{lineno}"
-                try:
-                    rec = json.loads(line)
-                except ValueError as e:
-                    raise ResponsesError(f"{where}: not JSON ({e})") from None
-                if not isinstance(rec, dict) or "id" not in rec:
-                    raise ResponsesError(f"{where}: expected an object with an \"id\" key")
-                if ("responses" in rec) == ("response" in rec):
-                    raise ResponsesError(f"{where}: expected exactly one of \"responses\" (a list) or \"response\"")
-                resp = rec["responses"] if "responses" in rec else [rec["response"]]
-                if not isinstance(resp, list) or not all(isinstance(r, str) for r in resp):
-                    raise ResponsesError(f"{where}: responses must be strings")
-                out.setdefault(str(rec["id"]), []).extend(resp)
-    except (OSError, UnicodeDecodeError, EOFError) as e:
-        raise ResponsesError(f"cannot read {path}: {e}") from None
+    for where, rec in iter_objects(path, ResponsesError):
+        if "id" not in rec:
+            raise ResponsesError(f"{where}: expected an object with an \"id\" key")
+        if ("responses" in rec) == ("response" in rec):
+            raise ResponsesError(f"{where}: expected exactly one of \"responses\" (a list) or \"response\"")
+        resp = rec["responses"] if "responses" in rec else [rec["response"]]
+        if not isinstance(resp, list) or not all(isinstance(r, str) for r in resp):
+            raise ResponsesError(f"{where}: responses must be strings")
+        out.setdefault(str(rec["id"]), []).extend(resp)
     if not out:
         raise ResponsesError(f"{path}: no responses")
     return out

@@ -23,12 +23,13 @@ logged last. Every series is sorted by step.
 from __future__ import annotations
 
 import csv
-import json
 import math
 import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from microcoder_ext.jsonl import iter_objects
 
 Series = list[tuple[int, float]]
 Metrics = dict[str, Series]
@@ -156,28 +157,18 @@ def read_jsonl(path: str | os.PathLike) -> Metrics:
     """verl FileLogger lines ``{"step": N, "data": {...}}`` or flat ``{"step": N, metric: value}`` lines."""
     out = _Collector()
     n_records = 0
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            line = line.strip()
-            if not line:
-                continue
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise RunLogError(f"{path}:{lineno}: not JSON ({e.msg})") from e
-            if not isinstance(rec, dict):
-                raise RunLogError(f"{path}:{lineno}: expected a JSON object per line")
-            step_key = next((k for k in JSONL_STEP_KEYS if k in rec), None)
-            if step_key is None:
-                raise RunLogError(f"{path}:{lineno}: no step key (one of {', '.join(JSONL_STEP_KEYS)})")
-            step = rec[step_key]
-            if isinstance(rec.get("data"), dict) and len(rec) == 2:
-                values = _flatten(rec["data"])
-            else:
-                values = _flatten({k: v for k, v in rec.items() if k != step_key})
-            for k, v in values.items():
-                out.add(k, step, v)
-            n_records += 1
+    for where, rec in iter_objects(path, RunLogError):
+        step_key = next((k for k in JSONL_STEP_KEYS if k in rec), None)
+        if step_key is None:
+            raise RunLogError(f"{where}: no step key (one of {', '.join(JSONL_STEP_KEYS)})")
+        step = rec[step_key]
+        if isinstance(rec.get("data"), dict) and len(rec) == 2:
+            values = _flatten(rec["data"])
+        else:
+            values = _flatten({k: v for k, v in rec.items() if k != step_key})
+        for k, v in values.items():
+            out.add(k, step, v)
+        n_records += 1
     if not n_records:
         raise RunLogError(f"{path}: empty JSONL file")
     return out.metrics()

@@ -19,7 +19,6 @@ Only the standard library is imported at module level (``microcoder --help`` sta
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
 import math
 import os
@@ -28,6 +27,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
+
+from microcoder_ext.jsonl import iter_objects
 
 PROG = "microcoder train"
 EXIT_OK, EXIT_USAGE = 0, 2
@@ -469,20 +470,7 @@ class DatasetError(UsageError):
 
 
 def _read_jsonl(path: Path) -> list[dict]:
-    opener = gzip.open if path.suffix == ".gz" else open
-    rows = []
-    with opener(path, "rt", encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise DatasetError(f"--dataset {path}: line {n} is not JSON ({e.msg})") from None
-            if not isinstance(row, dict):
-                raise DatasetError(f"--dataset {path}: line {n} is not a JSON object")
-            rows.append(row)
-    return rows
+    return [row for _, row in iter_objects(path, DatasetError)]
 
 
 def _local_file(path: Path) -> Path:
