@@ -34,6 +34,8 @@ Defaults follow the paper (paper-spec §3, §12)::
         metric: distinct        # distinct (distinct-n per response) | group_pooled | pairwise
         probe_prompts: 64       # probe: prompts of the probe set
         probe_samples: 8        # probe: responses per prompt and temperature
+        min_stage_steps: 20     # shortest stage / min_interval allowed (the paper's staged changes); lowered only by
+                                # `microcoder smoke`, which compresses a schedule into a few steps
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ import torch
 from microcoder_ext.core.diversity import METRICS
 from microcoder_ext.core.masking import validate_mask_args
 from microcoder_ext.core.temperature import (
+    MIN_STAGE_STEPS,
     MODES as TEMPERATURE_MODES,
     STARTS as TEMPERATURE_STARTS,
     normalize_stages,
@@ -127,6 +130,7 @@ class TemperatureConfig:
     metric: str = "distinct"
     probe_prompts: int = 64
     probe_samples: int = 8
+    min_stage_steps: int = MIN_STAGE_STEPS
 
     def __post_init__(self) -> None:
         key = "microcoder.temperature."
@@ -150,7 +154,7 @@ class TemperatureConfig:
         if not _real(self.smoothing) or not 0.0 <= self.smoothing < 1.0:
             fail("smoothing", "must be an EMA decay in [0, 1)")
         for name, low in (("target_steps", 1), ("window", 1), ("min_interval", 1), ("n", 1), ("probe_prompts", 1),
-                          ("probe_samples", 1)):
+                          ("probe_samples", 1), ("min_stage_steps", 1)):
             if not _count(getattr(self, name), low):
                 fail(name, f"must be an integer >= {low}")
         for name in ("value", "max_temperature", "target", "target_margin", "smoothing"):  # 1 -> 1.0
@@ -169,12 +173,12 @@ class TemperatureConfig:
 
         if self.mode == "staged":
             try:
-                validate_stages(self.stages)
+                validate_stages(self.stages, self.min_stage_steps)
             except ValueError as e:
                 raise ConfigError(f"{key}stages: {e}") from None
         if self.mode == "auto":
             try:
-                validate_candidates(self.candidates, self.min_interval)
+                validate_candidates(self.candidates, self.min_interval, self.min_stage_steps)
             except ValueError as e:
                 raise ConfigError(f"{key}candidates/min_interval: {e}") from None
             usable = [c for c in self.candidates if c <= self.max_temperature + 1e-9]

@@ -2,7 +2,8 @@
 
 After GRPO group normalisation the advantage of response ``i`` is zeroed iff all of
 
-1. ``len(o_i) >= max_response_length``  (stopped by the length limit),
+1. it was stopped by the length limit: ``len(o_i) >= max_response_length`` and its last token is not a stop
+   token (:mod:`microcoder_ext.core.truncation`: one that ends with EOS exactly at the budget finished),
 2. its verdict is allowed by ``mode``:
    ``"non_incorrect"`` (default, the paper's equation): any verdict outside
    :data:`~microcoder_ext.core.verdicts.INCORRECT` (correct, no_answer, sandbox_error);
@@ -24,6 +25,7 @@ from typing import NamedTuple, Sequence
 import torch
 
 from microcoder_ext.core import verdicts as V
+from microcoder_ext.core.truncation import is_truncated, last_tokens
 
 MODES = ("non_incorrect", "correct_only")
 REPEAT_CHECKS = ("block", "periodic")
@@ -120,6 +122,7 @@ def truncation_mask_components(
     mode: str = "non_incorrect",
     repeat_check: str = "block",
     generator: torch.Generator | None = None,
+    stop_token_ids: Sequence[int] | None = None,
 ) -> TruncationMask:
     """Like :func:`conditional_truncation_mask` but also returns each condition (for metrics).
 
@@ -137,7 +140,10 @@ def truncation_mask_components(
     if batch and (lengths.min() < 0 or lengths.max() > responses.shape[1]):
         raise ValueError(f"response_lengths must lie in [0, {responses.shape[1]}] (responses.shape[1])")
 
-    truncated = lengths >= int(max_response_length)
+    if stop_token_ids is None:  # the responses carry no stop tokens: length alone decides
+        truncated = lengths >= int(max_response_length)
+    else:
+        truncated = is_truncated(lengths, int(max_response_length), last_tokens(responses, lengths), stop_token_ids)
     repeating = tail_repeats(responses, lengths, m, repeat_check, candidates=truncated)
     return combine_conditions(truncated, verdicts, repeating, rho, mode, generator)
 
@@ -174,6 +180,7 @@ def conditional_truncation_mask(
     mode: str = "non_incorrect",
     repeat_check: str = "block",
     generator: torch.Generator | None = None,
+    stop_token_ids: Sequence[int] | None = None,
 ) -> torch.Tensor:
     """Which advantages MicroCoder-GRPO zeroes.
 
@@ -188,12 +195,16 @@ def conditional_truncation_mask(
         mode: ``"non_incorrect"`` or ``"correct_only"``.
         repeat_check: ``"block"`` or ``"periodic"``.
         generator: optional seeded ``torch.Generator`` for reproducible coins.
+        stop_token_ids: the EOS / stop ids; a row that ends with one at the budget finished and is not truncated
+            (:func:`microcoder_ext.core.truncation.is_truncated`). ``None``: the responses carry no stop tokens
+            (stripped by the caller), so ``length >= max_response_length`` alone decides.
 
     Returns:
         ``torch.BoolTensor`` of shape ``(batch,)``, True where the advantage must be zeroed.
     """
     return truncation_mask_components(
-        responses, response_lengths, max_response_length, verdicts, rho, m, mode, repeat_check, generator
+        responses, response_lengths, max_response_length, verdicts, rho, m, mode, repeat_check, generator,
+        stop_token_ids,
     ).masked
 
 

@@ -87,8 +87,11 @@ def normalize_stages(stages: Any) -> tuple[tuple[int, float], ...]:
     return tuple(out)
 
 
-def validate_stages(stages: Sequence[tuple[int, float]]) -> None:
-    """Reject schedules that are not staged: see :data:`MIN_STAGE_STEPS`, :data:`MIN_TEMPERATURE_STEP`."""
+def validate_stages(stages: Sequence[tuple[int, float]], min_stage_steps: int = MIN_STAGE_STEPS) -> None:
+    """Reject schedules that are not staged: see :data:`MIN_STAGE_STEPS`, :data:`MIN_TEMPERATURE_STEP`.
+
+    ``min_stage_steps`` lowers the shortest stage (``microcoder smoke`` compresses a schedule into a few steps);
+    training runs keep the default."""
     if not stages:
         raise ValueError("stages must list at least one [step, temperature] stage for mode=staged")
     if stages[0][0] != 0:
@@ -97,10 +100,10 @@ def validate_stages(stages: Sequence[tuple[int, float]]) -> None:
         (s0, t0), (s1, t1) = stages[i - 1], stages[i]
         if s1 <= s0:
             raise ValueError(f"stage steps must increase: stage {i} starts at {s1}, after stage {i - 1} at {s0}")
-        if s1 - s0 < MIN_STAGE_STEPS:
+        if s1 - s0 < min_stage_steps:
             raise ValueError(
-                f"stage {i - 1} ({t0}) lasts {s1 - s0} step(s), fewer than MIN_STAGE_STEPS={MIN_STAGE_STEPS}: this is "
-                f"a continuous schedule, and {PAPER_FINDING}. Use a few stages of >= {MIN_STAGE_STEPS} steps "
+                f"stage {i - 1} ({t0}) lasts {s1 - s0} step(s), fewer than MIN_STAGE_STEPS={min_stage_steps}: this is "
+                f"a continuous schedule, and {PAPER_FINDING}. Use a few stages of >= {min_stage_steps} steps "
                 f"(e.g. [[0, 0.6], [140, 1.2]])"
             )
         if abs(t1 - t0) < MIN_TEMPERATURE_STEP - _EPS:
@@ -111,7 +114,8 @@ def validate_stages(stages: Sequence[tuple[int, float]]) -> None:
             )
 
 
-def validate_candidates(candidates: Sequence[float], min_interval: int) -> None:
+def validate_candidates(candidates: Sequence[float], min_interval: int,
+                        min_stage_steps: int = MIN_STAGE_STEPS) -> None:
     """Auto mode: increasing candidates at least :data:`MIN_TEMPERATURE_STEP` apart, ``min_interval`` long enough."""
     if not candidates:
         raise ValueError("candidates must list at least one temperature")
@@ -124,9 +128,9 @@ def validate_candidates(candidates: Sequence[float], min_interval: int) -> None:
                 f"candidates must increase by >= MIN_TEMPERATURE_STEP={MIN_TEMPERATURE_STEP} "
                 f"({candidates[i - 1]} -> {candidates[i]}): tiny increments make a continuous ramp, and {PAPER_FINDING}"
             )
-    if min_interval < MIN_STAGE_STEPS:
+    if min_interval < min_stage_steps:
         raise ValueError(
-            f"min_interval={min_interval} is below MIN_STAGE_STEPS={MIN_STAGE_STEPS}: {PAPER_FINDING}"
+            f"min_interval={min_interval} is below MIN_STAGE_STEPS={min_stage_steps}: {PAPER_FINDING}"
         )
 
 

@@ -3,8 +3,11 @@
 Call :func:`apply_truncation_mask` on the list that ``RemoteExperienceMaker.compute_advantages_and_returns``
 returns (GRPO: ``--algo.advantage.estimator group_norm``), i.e. after the group statistics. Per row it reads:
 
-* truncation: ``exp.truncated`` ``(B,)`` bool (vLLM ``finish_reason == "length"``), optionally also any response of
-  ``max_response_length`` tokens or more;
+* truncation, by the one definition of :mod:`microcoder_ext.core.truncation`: the response used its whole budget
+  and its last token is not a stop (EOS) token; the budget is ``--rollout.max_new_tokens``, or where that is unset
+  what OpenRLHF gives the engine, ``max(1, --data.max_len - prompt length)`` (``openrlhf/utils/agent.py``). Without
+  stop ids or a budget, OpenRLHF's own ``exp.truncated`` (vLLM ``finish_reason == "length"``) decides; where both
+  exist and disagree, a WARNING is logged once (they agree unless the engine stops at other ids);
 * the verdict: the one-hot ``exp.info["mc_verdict_<verdict>"]`` floats that
   :func:`microcoder_ext.openrlhf.reward.reward_func` returns in ``extra_logs`` (exactly one 1.0 per row). A row with
   none follows ``cfg.missing_verdict`` (``score``: ``info["score"]`` (else ``exp.scores``, else ``exp.rewards``)
@@ -27,13 +30,17 @@ gets ``info["mc_trunc_masked"]`` (float, 1.0 = masked), which OpenRLHF logs as a
 
 from __future__ import annotations
 
+import logging
 from typing import Any, Sequence
 
 import torch
 
 from microcoder_ext.core.config import MaskConfig
 from microcoder_ext.core.masking import combine_conditions, mask_metrics, tail_repeats
+from microcoder_ext.core.truncation import is_truncated
 from microcoder_ext.core.verdict_policy import resolve_verdicts
+
+logger = logging.getLogger(__name__)
 
 VERDICT_PREFIX = "mc_verdict_"
 MASKED_KEY = "mc_trunc_masked"
@@ -69,12 +76,53 @@ def _row_scores(exp: Any, batch: int) -> list[float]:
     return [0.0] * batch
 
 
+_WARNED_DISAGREE = False
+
+
+def _truncated(experiences, rows, tokens, lengths, max_response_length, max_len, stop_token_ids) -> torch.Tensor:
+    """``(rows,)`` bool by :func:`microcoder_ext.core.truncation.is_truncated` (see the module doc)."""
+    global _WARNED_DISAGREE
+    flags = []
+    for _, e, j in rows:
+        value = getattr(experiences[e], "truncated", None)
+        flags.append(None if value is None else bool(value[j]))
+    budgets = None
+    if max_response_length is not None:
+        budgets = torch.full((len(rows),), int(max_response_length), dtype=torch.long)
+    elif max_len is not None:
+        totals = []
+        for _, e, j in rows:
+            total = getattr(experiences[e], "total_length", None)
+            totals.append(None if total is None else int(total[j]))
+        if all(t is not None for t in totals):
+            prompt = torch.tensor(totals, dtype=torch.long) - lengths
+            budgets = (int(max_len) - prompt).clamp(min=1)
+    if budgets is None or not stop_token_ids:
+        if any(f is None for f in flags):
+            raise ValueError("microcoder mask: cannot tell truncated responses: the experiences have no 'truncated' "
+                             "flag and no budget (--rollout.max_new_tokens / --data.max_len) or stop ids were given")
+        return torch.tensor(flags, dtype=torch.bool)
+    last = torch.tensor([int(t[-1]) if t.numel() else -1 for t in tokens], dtype=torch.long)
+    ours = is_truncated(lengths, budgets, last, stop_token_ids)
+    if not _WARNED_DISAGREE and all(f is not None for f in flags):
+        theirs = torch.tensor(flags, dtype=torch.bool)
+        if bool((ours != theirs).any()):
+            _WARNED_DISAGREE = True
+            logger.warning(
+                "microcoder mask: %d of %d responses are truncated by token count and EOS but not by OpenRLHF's "
+                "'truncated' flag (or the reverse); the mask uses the token definition (stop ids %s). Logged once",
+                int((ours != theirs).sum()), len(rows), list(stop_token_ids))
+    return ours
+
+
 def apply_truncation_mask(
     experiences: Sequence[Any],
     cfg: MaskConfig,
     *,
     step: int,
     max_response_length: int | None = None,
+    max_len: int | None = None,
+    stop_token_ids: Sequence[int] = (),
 ) -> dict[str, float]:
     """Zero the advantages (and returns) of the rows MicroCoder-GRPO masks, in place; return step metrics.
 
@@ -82,7 +130,9 @@ def apply_truncation_mask(
         experiences: the ``Experience`` objects of one step, after ``compute_advantages_and_returns``.
         cfg: validated mask settings (``microcoder_ext.core.config.MaskConfig``).
         step: the global step; the coins come from ``cfg.generator(step)`` (resume-safe).
-        max_response_length: if given, a response of at least this many tokens also counts as truncated.
+        max_response_length: ``--rollout.max_new_tokens`` (the budget of every response), or None.
+        max_len: ``--data.max_len``: the budget is ``max_len - prompt length`` where ``max_response_length`` is None.
+        stop_token_ids: EOS / stop ids (the tokenizer's and the model's generation config's).
 
     Returns:
         ``microcoder/*`` metrics with the verl names: ``masked_frac``, ``truncated_frac``, ``eligible_frac``,
@@ -126,9 +176,7 @@ def apply_truncation_mask(
     lengths = torch.tensor([int(t.numel()) for t in tokens], dtype=torch.long)
     tails = torch.nn.utils.rnn.pad_sequence([t[-window:].to(torch.long).cpu() for t in tokens], batch_first=True,
                                             padding_value=0)
-    truncated = torch.tensor([bool(experiences[e].truncated[j]) for _, e, j in rows], dtype=torch.bool)
-    if max_response_length is not None:
-        truncated |= lengths >= int(max_response_length)
+    truncated = _truncated(experiences, rows, tokens, lengths, max_response_length, max_len, stop_token_ids)
     repeating = tail_repeats(tails, lengths.clamp(max=window), cfg.m, cfg.repeat_check, candidates=truncated)
     result = combine_conditions(truncated, verdicts, repeating, cfg.rho, cfg.mode, cfg.generator(step))
 

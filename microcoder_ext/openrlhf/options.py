@@ -66,6 +66,7 @@ MEANING: dict[str, str] = {
     "temperature.metric": "diversity metric: distinct, group_pooled or pairwise",
     "temperature.probe_prompts": "probe: prompts of the probe set",
     "temperature.probe_samples": "probe: responses per prompt and temperature",
+    "temperature.min_stage_steps": "shortest stage / min_interval accepted, in steps (only smoke lowers it)",
 }
 
 

@@ -63,6 +63,7 @@ from openrlhf.utils.logging_utils import init_logger  # noqa: E402
 
 from microcoder_ext.core.config import ConfigError, MaskConfig  # noqa: E402
 from microcoder_ext.core.temperature import TemperatureController  # noqa: E402
+from microcoder_ext.core.truncation import stop_token_ids  # noqa: E402
 from microcoder_ext.openrlhf.advantage_mask import apply_truncation_mask  # noqa: E402
 from microcoder_ext.openrlhf.ray_calls import set_actor_temperature  # noqa: E402
 from microcoder_ext.openrlhf.settings import OpenRLHFSettings, settings_from_args  # noqa: E402
@@ -93,12 +94,15 @@ class TruncationMaskHook:
     The trainer sets :attr:`step` before each step; :attr:`metrics` holds the last call's ``microcoder/*`` metrics.
     """
 
-    def __init__(self, experience_maker: Any, cfg: MaskConfig, *, max_response_length: int | None = None):
+    def __init__(self, experience_maker: Any, cfg: MaskConfig, *, max_response_length: int | None = None,
+                 max_len: int | None = None, stop_token_ids: tuple[int, ...] = ()):
         original = experience_maker.compute_advantages_and_returns
         if isinstance(original, TruncationMaskHook):
             raise RuntimeError("microcoder mask: compute_advantages_and_returns is already wrapped")
         self.cfg = cfg
         self.max_response_length = max_response_length
+        self.max_len = max_len
+        self.stop_token_ids = tuple(stop_token_ids)
         self.step = 0
         self.metrics: dict[str, float] = {}
         self.original: Callable = original
@@ -108,14 +112,31 @@ class TruncationMaskHook:
     def __call__(self, experiences):
         experiences = self.original(experiences)
         self.metrics = apply_truncation_mask(experiences, self.cfg, step=self.step,
-                                             max_response_length=self.max_response_length)
+                                             max_response_length=self.max_response_length, max_len=self.max_len,
+                                             stop_token_ids=self.stop_token_ids)
         return experiences
 
 
-def install_truncation_mask(experience_maker: Any, cfg: MaskConfig, args: Any) -> TruncationMaskHook:
-    """Wrap a ``RemoteExperienceMaker`` as the trainer does (length limit: ``args.rollout.max_new_tokens`` if set)."""
+def install_truncation_mask(experience_maker: Any, cfg: MaskConfig, args: Any,
+                            stop_token_ids: tuple[int, ...] = ()) -> TruncationMaskHook:
+    """Wrap a ``RemoteExperienceMaker`` as the trainer does: budget ``args.rollout.max_new_tokens`` if set, else
+    ``args.data.max_len`` minus the prompt; ``stop_token_ids`` = the tokenizer's and the model's EOS ids."""
     max_new = getattr(args.rollout, "max_new_tokens", None)
-    return TruncationMaskHook(experience_maker, cfg, max_response_length=int(max_new) if max_new else None)
+    max_len = getattr(getattr(args, "data", None), "max_len", None)
+    return TruncationMaskHook(experience_maker, cfg, max_response_length=int(max_new) if max_new else None,
+                              max_len=int(max_len) if max_len else None, stop_token_ids=stop_token_ids)
+
+
+def model_stop_token_ids(pretrain: str, tokenizer: Any) -> tuple[int, ...]:
+    """The tokenizer's EOS id and the model's ``generation_config.json`` EOS ids (vLLM stops at both)."""
+    model_eos = None
+    try:
+        from transformers import GenerationConfig
+
+        model_eos = GenerationConfig.from_pretrained(pretrain).eos_token_id
+    except Exception:  # no generation_config.json: the tokenizer's EOS is what the engine stops at
+        pass
+    return stop_token_ids(getattr(tokenizer, "eos_token_id", None), model_eos)
 
 
 def _refuse_async(args: Any) -> None:
@@ -207,7 +228,8 @@ class MicrocoderPPOTrainer(_OriginalPPOTrainer):
 
         self._mc_mask: TruncationMaskHook | None = None
         if self.mc.mask and cfg.mask.enable:
-            self._mc_mask = install_truncation_mask(self.experience_maker, cfg.mask, args)
+            self._mc_mask = install_truncation_mask(self.experience_maker, cfg.mask, args,
+                                                    model_stop_token_ids(pretrain, getattr(self, "tokenizer", None)))
         self.mc_temperature: TemperatureController | None = controller
         #: the log-prob temperature last set on the policy/reference actors (None: not set by us yet)
         self._mc_model_temperature: float | None = None

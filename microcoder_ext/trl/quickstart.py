@@ -44,11 +44,7 @@ from typing import Any, Sequence
 
 PROG = "python -m microcoder_ext.trl.quickstart"
 DATA = Path(__file__).resolve().parent / "quickstart_data" / "problems.jsonl"
-CHAT_TEMPLATE = (
-    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
-    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
-)
-SPECIAL_TOKENS = ["<unk>", "<pad>", "<|im_start|>", "<|im_end|>"]
+from microcoder_ext.tiny import CHAT_TEMPLATE, SPECIAL_TOKENS  # noqa: F401  (re-exported)
 
 
 class MatplotlibMissing(RuntimeError):
@@ -123,22 +119,10 @@ def answer(problem) -> str:
 
 def build_tokenizer(problems: Sequence, vocab_size: int = 400):
     """Byte-level BPE trained here on the problems' prompts and solutions; digits stay single tokens (so a
-    constant is copied from the statement into the code token for token)."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
+    constant is copied from the statement into the code token for token). See :func:`microcoder_ext.tiny.train_tokenizer`."""
+    from microcoder_ext.tiny import train_tokenizer
 
-    tok = Tokenizer(models.BPE(unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True),
-                                                 pre_tokenizers.ByteLevel(add_prefix_space=False)])
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS, show_progress=False,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-    corpus = ["user\nassistant\n"] + [p.prompt_text() for p in problems] + [answer(p) for p in problems]
-    tok.train_from_iterator(corpus, trainer)
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", pad_token="<pad>",
-                                   eos_token="<|im_end|>")
-    fast.chat_template = CHAT_TEMPLATE
-    return fast
+    return train_tokenizer([p.prompt_text() for p in problems] + [answer(p) for p in problems], vocab_size)
 
 
 def build_model(tokenizer, s: Settings):
@@ -166,41 +150,11 @@ def n_params(model) -> int:
 
 def warm_start(model, tokenizer, problems: Sequence, s: Settings, progress: bool = True) -> list[float]:
     """Next-token training on ``prompt + reference answer + EOS`` (loss on the answer tokens only)."""
-    import torch
+    from microcoder_ext.tiny import warm_start as _warm_start
 
-    examples = []
-    for p in problems:
-        prompt = tokenizer.apply_chat_template(messages(p), tokenize=False, add_generation_prompt=True)
-        p_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
-        a_ids = tokenizer(answer(p), add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
-        examples.append((p_ids + a_ids, len(p_ids)))
-    rng = random.Random(s.seed)
-    opt = torch.optim.AdamW(model.parameters(), lr=s.warm_lr, weight_decay=0.0)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda i: min(1.0, (i + 1) / 20))
-    model.train()
-    losses = []
-    bar = _bar(range(s.warm_steps), "warm start", progress)
-    for _ in bar:
-        batch = [examples[rng.randrange(len(examples))] for _ in range(s.warm_batch_size)]
-        width = max(len(ids) for ids, _ in batch)
-        ids = torch.full((len(batch), width), tokenizer.pad_token_id)
-        labels = torch.full((len(batch), width), -100)
-        att = torch.zeros((len(batch), width), dtype=torch.long)
-        for i, (seq, plen) in enumerate(batch):
-            ids[i, :len(seq)] = torch.tensor(seq)
-            labels[i, plen:len(seq)] = torch.tensor(seq[plen:])
-            att[i, :len(seq)] = 1
-        loss = model(input_ids=ids, attention_mask=att, labels=labels).loss
-        opt.zero_grad()
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        sched.step()
-        losses.append(loss.item())
-        if hasattr(bar, "set_postfix"):
-            bar.set_postfix(loss=f"{losses[-1]:.3f}")
-    model.eval()
-    return losses
+    return _warm_start(model, tokenizer, [(messages(p), answer(p)) for p in problems], steps=s.warm_steps,
+                       batch_size=s.warm_batch_size, lr=s.warm_lr, seed=s.seed,
+                       progress=lambda it: _bar(it, "warm start", progress))
 
 
 # ------------------------------------------------------------------------------------------- evaluation

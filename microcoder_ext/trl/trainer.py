@@ -17,7 +17,8 @@ Where it hooks in (every internal is checked by :func:`microcoder_ext.trl.guard.
   2. TRL's method: generation, rewards (``_calculate_rewards``; :class:`~microcoder_ext.trl.reward.CodeReward`
      records each local completion's verdict), group advantages, sliced to this process.
   3. (mask, train mode) on the global batch (gathered: the same decision on every process): truncated = the
-     completion's last token is neither EOS nor pad, TRL's own definition (``completions/clipped_ratio``); verdict
+     completion used all ``max_completion_length`` tokens and its last one is not an EOS id
+     (:mod:`microcoder_ext.core.truncation`, the definition every adapter uses); verdict
      from ``CodeReward.last_verdicts`` (else ``microcoder.mask.missing_verdict``: ``score`` = weighted reward
      ``>= correct_score``); repeat check on the completion token ids (``m``, ``repeat_check``); coins from
      ``cfg.mask.generator(t)``, one per row of the global batch. This process's masked rows get advantage 0;
@@ -54,6 +55,7 @@ from microcoder_ext.core import verdicts as V
 from microcoder_ext.core.config import ConfigError, MicrocoderConfig, parse_config
 from microcoder_ext.core.masking import combine_conditions, mask_metrics, tail_repeats
 from microcoder_ext.core.temperature import TemperatureController
+from microcoder_ext.core.truncation import is_truncated, last_tokens
 from microcoder_ext.core.verdict_policy import resolve_verdicts
 from microcoder_ext.trl import guard
 from microcoder_ext.trl.reward import CodeReward
@@ -244,10 +246,10 @@ class MicrocoderGRPOTrainer(GRPOTrainer):
         ids, cmask = output["completion_ids"], output["completion_mask"]
         batch = int(ids.shape[0])
         lengths = cmask.sum(dim=1).long()
-        # TRL's truncation: the last completion token is neither an EOS id nor pad (GRPOTrainer._generate)
-        eos_and_pad = torch.tensor([*self.eos_token_ids, self._tokenizer.pad_token_id], device=ids.device)
-        last = ids.gather(1, (lengths - 1).clamp(min=0).unsqueeze(1)).squeeze(1)
-        truncated = (lengths > 0) & ~torch.isin(last, eos_and_pad)
+        # core.truncation: the whole max_completion_length used and the last token is not an EOS id (TRL stops at
+        # self.eos_token_ids: the tokenizer's EOS and the generation config's)
+        truncated = is_truncated(lengths, int(self.max_completion_length), last_tokens(ids, lengths),
+                                 self.eos_token_ids)
         repeating = tail_repeats(ids, lengths, cfg.m, cfg.repeat_check, candidates=truncated)
         codes = torch.tensor(self._mc_local_verdict_codes(batch), dtype=torch.long, device=ids.device)
         local = torch.stack([truncated.long(), repeating.long(), codes], dim=1)

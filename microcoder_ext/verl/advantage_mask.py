@@ -22,6 +22,7 @@ import torch
 
 from microcoder_ext.core.config import MaskConfig
 from microcoder_ext.core.masking import combine_conditions, mask_metrics, tail_repeats
+from microcoder_ext.core.truncation import is_truncated
 from microcoder_ext.core.verdict_policy import resolve_verdicts as _resolve_verdicts
 
 
@@ -106,6 +107,7 @@ def compute_row_mask(
     max_response_length: int,
     cfg: MaskConfig,
     generator: torch.Generator | None = None,
+    stop_token_ids: Sequence[int] = (),
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """Which rows get their advantages zeroed.
 
@@ -118,6 +120,9 @@ def compute_row_mask(
         max_response_length: ``actor_rollout_ref.rollout.response_length`` in tokens.
         cfg: validated mask settings.
         generator: coins for this step (``cfg.generator(step)``).
+        stop_token_ids: EOS / stop ids (verl's responses keep the EOS the engine stopped at): a row that ends with
+            one at the budget finished and is not truncated (:func:`microcoder_ext.core.truncation.is_truncated`).
+            Empty: length alone decides (responses without stop tokens).
 
     Returns:
         (``(rows,)`` bool mask, metrics dict with ``microcoder/*`` batch fractions over the decided rows).
@@ -148,7 +153,12 @@ def compute_row_mask(
     tails = torch.nn.utils.rnn.pad_sequence(
         [responses[i].reshape(-1)[-window:].to(torch.long) for i in deciders], batch_first=True, padding_value=0
     )
-    truncated = lengths >= int(max_response_length)
+    if stop_token_ids:
+        last = torch.tensor([int(responses[i].reshape(-1)[-1]) if responses[i].numel() else -1 for i in deciders],
+                            dtype=torch.long)
+        truncated = is_truncated(lengths, int(max_response_length), last, stop_token_ids)
+    else:
+        truncated = lengths >= int(max_response_length)
     repeating = tail_repeats(tails, lengths.clamp(max=window), cfg.m, cfg.repeat_check, candidates=truncated)
     result = combine_conditions(truncated, verdicts, repeating, cfg.rho, cfg.mode, generator)
     masked_sessions = {row_session[i] for i, hit in zip(deciders, result.masked.tolist()) if hit}

@@ -9,6 +9,9 @@ that registry (``TRAINER_REGISTRY`` lives in ``verl/trainer/ppo/v1/trainer_base.
 ``import verl`` alone) never imports verl's v1 trainer stack or our trainer, and the one that does finds
 ``microcoder_sync`` (already imported ``verl.trainer.ppo.v1``: registered at once).
 
+With ``VERL_PLATFORM=cpu`` (``microcoder smoke verl``) it also activates the CPU backend
+(:mod:`microcoder_ext.verl.cpu`: a ``cpu`` platform, the ``hf_cpu`` rollout); without it nothing of that is imported.
+
 verl swallows plugin import errors at DEBUG level (``verl/__init__.py``), so failures are logged at ERROR: a
 failing version guard here (then re-raised), a failing registration by :mod:`~microcoder_ext.verl.lazy` when it
 runs; a missing trainer would otherwise only show up as "Unknown trainer".
@@ -39,6 +42,10 @@ try:
     _require("verl")
     from microcoder_ext.verl.lazy import register_when_imported
 
+    from microcoder_ext.verl import cpu as _cpu
+
+    if _cpu.requested():
+        _cpu.activate()
     register_when_imported(
         TRAINER_HOOK_MODULE,
         register_trainer,

@@ -50,6 +50,7 @@ from verl.workers.utils.padding import response_to_nested
 
 from microcoder_ext.core.config import MicrocoderConfig, parse_config
 from microcoder_ext.core.temperature import TemperatureController
+from microcoder_ext.core.truncation import stop_token_ids
 from microcoder_ext.verl import temperature as mc_temp
 from microcoder_ext.verl.advantage_mask import compute_row_mask, reward_infos_from_rows
 from microcoder_ext.verl.lazy import register_when_imported
@@ -253,6 +254,27 @@ class MicrocoderSyncTrainer(PPOTrainerSync):
         top_key = self._verdict_field()
         return MASK_INPUT_FIELDS + ([top_key] if top_key else [])
 
+    def _mc_stop_token_ids(self) -> tuple[int, ...]:
+        """The ids the sampler stops at: the tokenizer's EOS and the model's ``generation_config`` EOS ids (vLLM stops
+        at both). A response ending with one of them at the budget finished (core.truncation)."""
+        ids = getattr(self, "_mc_stop_ids", None)
+        if ids is None:
+            model_eos = None
+            try:  # verl's own model config (local copy of the model, its generation_config.json)
+                from verl.utils.config import omega_conf_to_dataclass
+
+                gen = omega_conf_to_dataclass(self.config.actor_rollout_ref.model).generation_config
+                model_eos = getattr(gen, "eos_token_id", None) if gen is not None else None
+            except Exception as e:  # no generation config: the tokenizer's EOS is what the engine stops at
+                logger.debug("microcoder_sync: no generation config (%s); stop ids from the tokenizer", e)
+            tok = getattr(self, "tokenizer", None)
+            ids = stop_token_ids(getattr(tok, "eos_token_id", None), model_eos)
+            if not ids:
+                raise RuntimeError("microcoder_sync: neither the tokenizer nor the model's generation config names an "
+                                   "EOS token id; the truncation mask cannot tell finished responses from cut ones")
+            self._mc_stop_ids = ids
+        return ids
+
     def _apply_truncation_mask(self, batch, data, metrics: dict) -> None:
         """``data``: the step's rows with at least :meth:`_mask_input_fields`."""
         cfg = self.mc_config.mask
@@ -272,6 +294,7 @@ class MicrocoderSyncTrainer(PPOTrainerSync):
             max_response_length=int(self.config.actor_rollout_ref.rollout.response_length),
             cfg=cfg,
             generator=cfg.generator(int(getattr(self, "global_steps", 0))),
+            stop_token_ids=self._mc_stop_token_ids(),
         )
         metrics.update(mask_metrics)
         missing = mask_metrics.get("microcoder/verdict_missing_frac", 0.0)

@@ -65,6 +65,7 @@ TEMPERATURE = {
     "microcoder.temperature.n": 4,
     "microcoder.temperature.probe_prompts": 64,
     "microcoder.temperature.probe_samples": 8,
+    "microcoder.temperature.min_stage_steps": 20,
 }
 OUR_REWARD = {
     "reward.custom_reward_function.path": "pkg://microcoder_ext.reward",

@@ -17,6 +17,7 @@ pytestmark = [pytest.mark.verl, pytest.mark.slow]
 import transfer_queue as tq
 
 L = 8  # rollout.response_length in these tests
+EOS = 99  # the stop token of these tests
 M = 2  # microcoder.mask.m
 
 
@@ -40,6 +41,7 @@ def _trainers(*overrides):
     from verl.trainer.ppo.v1.trainer_base import get_trainer_cls
 
     mc = get_trainer_cls("microcoder_sync")(_config(*overrides))
+    mc._mc_stop_ids = (EOS,)  # the trainer reads the EOS ids from the model; these tests have no model
     plain_cfg = _config(*overrides)
     plain_cfg.trainer.v1.trainer_mode = "sync"
     plain = get_trainer_cls("sync")(plain_cfg)
@@ -210,3 +212,20 @@ def test_rho_coins_are_seeded_per_step(local_tq):
         runs.append([bool(torch.all(a == 0)) for a in adv])
         assert 0.2 < metrics["microcoder/masked_frac"] < 0.8
     assert runs[0] == runs[1] and runs[0] != runs[2] and runs[0] != runs[3]
+
+
+def test_eos_at_the_budget_finished_cut_at_the_budget_truncated(local_tq):
+    """core.truncation: a response of exactly L tokens whose last one is EOS finished (not masked); one of L tokens
+    that does not end with EOS was cut (masked), as vLLM's finish_reason would say."""
+    mc, _ = _trainers()
+    c = {"score": 1.0, "acc": 1.0, "verdict": "correct", "pass_rate": 1.0}
+    w = {"score": 0.0, "acc": 0.0, "verdict": "wrong_answer", "pass_rate": 0.0}
+    rows = [
+        ("e_0_0", NOLOOP[:-1] + [EOS], 1.0, c),  # ends with EOS at the budget: finished
+        ("e_1_0", NOLOOP, 1.0, c),  # cut at the budget: truncated, masked
+        ("e_2_0", [1, 2], 0.0, w),
+        ("e_3_0", [3, EOS], 0.0, w),
+    ]
+    adv, _, metrics = _run(mc, rows)
+    assert [bool((a == 0).all()) for a in adv[:2]] == [False, True]
+    assert metrics["microcoder/truncated_frac"] == 0.25 and metrics["microcoder/masked_frac"] == 0.25

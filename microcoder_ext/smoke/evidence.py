@@ -1,0 +1,58 @@
+"""What the CPU stand-ins saw, for the smoke report: one JSON object per line in the file named by
+:data:`ENV` (set by ``microcoder smoke``; nothing is written when it is unset).
+
+Writers are several processes (the generation engines, the trainer's workers); each event is one ``write`` of one
+line on a file opened with ``O_APPEND``, so lines never interleave. Events (``event`` key):
+
+``engine_loaded``   ``engine``, ``checksum`` (of every weight), ``dtype``
+``generate``        ``engine``, ``version`` (weight version), ``step`` (the framework's step if it tells), ``temperature``,
+                    ``tokens``, ``finish`` ("stop" | "length"), ``max_tokens``
+``weights_sent``    ``sender``, ``version``, ``checksum``, ``tensors`` (the trainer side of a weight sync)
+``weights_loaded``  ``engine``, ``version``, ``checksum`` (over the names received), ``tensors``,
+                    ``changed`` (vs the engine's weights before the sync)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+ENV = "MICROCODER_SMOKE_EVIDENCE"
+
+
+def enabled() -> bool:
+    return bool(os.environ.get(ENV))
+
+
+def record(event: str, **fields: Any) -> None:
+    """Append one event (no-op unless :data:`ENV` names a file). Never raises: evidence must not break a run."""
+    path = os.environ.get(ENV)
+    if not path:
+        return
+    line = json.dumps({"event": event, "pid": os.getpid(), **fields}, default=str, sort_keys=True) + "\n"
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, line.encode())
+        finally:
+            os.close(fd)
+    except OSError:
+        pass
+
+
+def read(path: str | os.PathLike) -> list[dict]:
+    """Every event in the file (an unreadable or missing file: none; a torn last line is skipped)."""
+    out = []
+    try:
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                try:
+                    obj = json.loads(line)
+                except json.JSONDecodeError:
+                    continue
+                if isinstance(obj, dict):
+                    out.append(obj)
+    except OSError:
+        return []
+    return out
