@@ -10,6 +10,7 @@
   microcoder plot RUN... -o OUT.png            the paper's training-curve panels from run logs
   microcoder train ...                         MicroCoder-GRPO through Hugging Face TRL (GRPOTrainer)
   microcoder doctor verl|openrlhf|trl ...      check a launch configuration against the paper's insights
+  microcoder smoke verl|openrlhf|trl ...       a few real training steps of a launch on the local CPU
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "plot": ("microcoder_ext.eval.plot_cli", "the paper's training-curve panels from run logs"),
     "train": ("microcoder_ext.trl.train_cli", "MicroCoder-GRPO with Hugging Face TRL (one GPU, LoRA, or CPU)"),
     "doctor": ("microcoder_ext.doctor_cli", "check a verl / OpenRLHF / TRL launch against the paper's insights"),
+    "smoke": ("microcoder_ext.smoke.cli", "run a few real training steps of a verl / OpenRLHF / TRL launch on the CPU"),
 }
 
 

@@ -81,7 +81,7 @@ def tiny_config(family: str, tokenizer, shape: TinyShape = TinyShape(), *, tie_w
 #: config keys a shrunk model must not inherit (weights it does not have, kernels it cannot use)
 _DROP_KEYS = ("quantization_config", "_name_or_path", "auto_map", "transformers_version", "torch_dtype", "dtype",
               "attn_implementation", "_attn_implementation", "use_sliding_window", "sliding_window",
-              "max_window_layers", "rope_scaling")
+              "max_window_layers")
 
 
 def shrink_config(config, shape: TinyShape = TinyShape(), vocab_size: int | None = None) -> tuple[Any, list[str]]:
@@ -91,7 +91,7 @@ def shrink_config(config, shape: TinyShape = TinyShape(), vocab_size: int | None
     original, capped by it), ``tie_word_embeddings``, activation, norm epsilon, rope base, EOS/pad/BOS ids and
     ``max_position_embeddings`` (capped at ``shape.max_position_embeddings``). Changed: layers, hidden size, heads,
     ``head_dim`` (set explicitly: ``hidden_size // num_heads``), FFN size; a per-layer ``layer_types`` list is cut to
-    the new depth; sliding-window attention, quantization, remote code and rope scaling are dropped. ``changes``
+    the new depth; sliding-window attention, quantization and remote code are dropped (rope settings stay). ``changes``
     lists each changed field as ``"name: old -> new"``.
     """
     import copy
@@ -138,8 +138,6 @@ def shrink_config(config, shape: TinyShape = TinyShape(), vocab_size: int | None
                 delattr(new, key)
             except AttributeError:
                 pass
-    if getattr(new, "rope_scaling", None) is not None:
-        new.rope_scaling = None
     return new, changes
 
 

@@ -8,6 +8,9 @@
 # NNODES nodes with 8 GPUs each (default 1); on SLURM use verl_recipes/slurm.sbatch. Multi-node: `ray start --head` on node 0 and
 #        `ray start --address=HEAD:6379` on the others first, then run this on node 0 (verl joins that cluster).
 # DRY_RUN=1 composes and validates the config (`microcoder recipe show`) instead of training: works on any CPU machine.
+# SMOKE=1 runs 3 real main_ppo steps of exactly this launch on the local CPU (`microcoder smoke verl`): a tiny model of
+#        the same family, the first rows of TRAIN/VAL, every GPU-only piece swapped for the CPU backend (printed).
+#        SMOKE_ARGS: options of `microcoder smoke` (e.g. "--steps 2 --json smoke.json").
 #
 # Data: verl parquet rows with `prompt` (chat messages), `data_source` and `reward_model.ground_truth` = the tests as
 # JSON ({"inputs": [...], "outputs": [...], "fn_name"?: str}), as read by microcoder_ext.reward.compute_score.
@@ -50,6 +53,10 @@ args=(
   trainer.total_training_steps=600 trainer.save_freq=50 trainer.test_freq=20
 )
 
+if [ "${SMOKE:-0}" = 1 ]; then
+  # shellcheck disable=SC2086  # SMOKE_ARGS is a list of options
+  exec microcoder smoke ${SMOKE_ARGS:-} verl "${args[@]}" "$@"
+fi
 if [ "${DRY_RUN:-0}" = 1 ]; then
   # same composition as main_ppo, plus verl's own config validation and our checks; exit 1 on failure
   exec microcoder recipe show "$ALGO" "${args[@]:1}" "$@"

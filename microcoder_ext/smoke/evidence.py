@@ -10,12 +10,16 @@ line on a file opened with ``O_APPEND``, so lines never interleave. Events (``ev
 ``weights_sent``    ``sender``, ``version``, ``checksum``, ``tensors`` (the trainer side of a weight sync)
 ``weights_loaded``  ``engine``, ``version``, ``checksum`` (over the names received), ``tensors``,
                     ``changed`` (vs the engine's weights before the sync)
+``reward``          ``seconds`` (wall time of one call of the code reward), ``verdict``
+
+Every event also has ``pid`` and ``t`` (Unix time, seconds).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import time
 from typing import Any
 
 ENV = "MICROCODER_SMOKE_EVIDENCE"
@@ -30,7 +34,8 @@ def record(event: str, **fields: Any) -> None:
     path = os.environ.get(ENV)
     if not path:
         return
-    line = json.dumps({"event": event, "pid": os.getpid(), **fields}, default=str, sort_keys=True) + "\n"
+    line = json.dumps({"event": event, "pid": os.getpid(), "t": time.time(), **fields}, default=str,
+                      sort_keys=True) + "\n"
     try:
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:

@@ -18,7 +18,7 @@ Nothing is downloaded. The run:
    one line per step from TRL's logs: reward, pass rate, truncated and masked fractions, diversity, temperature;
 6. measures the pass rate once more ("after GRPO") and writes ``report.json`` and ``curves.png``.
 
-Pass rates are measured on the **held-back** problems (``quickstart_data/``: 10 families x 2 values of K that
+Pass rates are measured on the **held-back** problems (``microcoder_ext/bundled/``: 10 families x 2 values of K that
 no training step ever sees; the 60 others are trained on), ``--eval-samples`` samples per problem at the
 training temperature, so they measure whether what was learnt transfers to unseen instances. They are reported
 as measured, whatever they are. The same seed gives the same run (torch, sampling and the mask coins are seeded;
@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 PROG = "python -m microcoder_ext.trl.quickstart"
-DATA = Path(__file__).resolve().parent / "quickstart_data" / "problems.jsonl"
+from microcoder_ext.bundled import DATA, answer, load_problems, messages, split_problems  # noqa: F401
 from microcoder_ext.tiny import CHAT_TEMPLATE, SPECIAL_TOKENS  # noqa: F401  (re-exported)
 
 
@@ -82,36 +82,6 @@ class Settings:
 
 
 # ------------------------------------------------------------------------------------------------- data
-
-
-def load_problems(path: str | Path = DATA) -> list:
-    """The bundled problems as :class:`~microcoder_ext.data.problem.Problem` records (``extra.split``)."""
-    from microcoder_ext.data.problem import Problem
-
-    out = []
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            if line.strip():
-                row = json.loads(line)
-                if isinstance(row.get("tests"), str):
-                    row["tests"] = json.loads(row["tests"])
-                out.append(Problem(**row))
-    return out
-
-
-def split_problems(problems: Sequence) -> tuple[list, list]:
-    train = [p for p in problems if p.extra.get("split") == "train"]
-    held = [p for p in problems if p.extra.get("split") == "heldout"]
-    return train, held
-
-
-def messages(problem) -> list[dict]:
-    return [{"role": "user", "content": problem.prompt_text()}]
-
-
-def answer(problem) -> str:
-    """The warm start's target completion: the reference solution in one fenced block."""
-    return f"```python\n{problem.solutions[0].rstrip()}\n```"
 
 
 # ------------------------------------------------------------------------------------------------ model

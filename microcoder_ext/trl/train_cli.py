@@ -86,7 +86,7 @@ examples:
       --num_generations 2 --per_device_train_batch_size 2 --gradient_accumulation_steps 1 --max_completion_length 32
 
 output: OUTPUT_DIR with TRL's checkpoints and logs (the microcoder/* metrics among TRL's), the final model (LoRA:
-the adapter) and microcoder_train.json (the effective settings). exit status: 0 trained; 2 bad flags or input
+the adapter) and microcoder_train.json (the effective settings and TRL's log history). exit status: 0 trained; 2 bad flags or input
 (one error line per problem, nothing loaded); 1 training failed.
 """
 
@@ -686,6 +686,7 @@ def run(args: argparse.Namespace) -> int:
         settings["wall_time_s"] = time.monotonic() - t0
         settings["global_step"] = int(trainer.state.global_step)
         settings["train_metrics"] = dict(result.metrics) if result is not None else {}
+        settings["log_history"] = list(trainer.state.log_history)  # TRL's own per-step logs
         (out / "microcoder_train.json").write_text(json.dumps(settings, indent=2, default=str) + "\n")
         say(f"done: {trainer.state.global_step} steps in {settings['wall_time_s']:.0f} s; model and "
             f"microcoder_train.json in {out}")

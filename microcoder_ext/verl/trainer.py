@@ -95,7 +95,7 @@ class MicrocoderSyncTrainer(PPOTrainerSync):
         temperature_cfg, notes = mc_temp.check_temperature_config(config, self.mc_config)
         self.mc_temperature = TemperatureController(temperature_cfg)
         for note in notes:
-            logger.info("microcoder_sync: %s", note)
+            _say(f"microcoder_sync: {note}")
         self._mc_step_temperature: float | None = None
         # verl uses trainer_mode both as registry key and as the sync/async behaviour switch
         # (trainer_base.py:153 and others compare it to "sync"); the registry lookup is already done.
@@ -104,7 +104,7 @@ class MicrocoderSyncTrainer(PPOTrainerSync):
         super().__init__(config, *args, **kwargs)
         # the agent-loop workers and every extra_info["temperature"] start from T_0
         self._mc_set_temperature(int(getattr(self, "global_steps", 0) or 0))
-        logger.info("microcoder_sync: %s", self.mc_config)
+        _say(f"microcoder_sync: {self.mc_config}")
 
     # ------------------------------------------------------------------ per-step temperature
 
@@ -186,10 +186,8 @@ class MicrocoderSyncTrainer(PPOTrainerSync):
         update = self.mc_temperature.update(step, responses, uids)
         metrics.update(update.metrics)
         if update.changed:
-            logger.info(
-                "microcoder_sync: temperature %g -> %g from step %d (%s)",
-                update.temperature, update.next_temperature, step + 1, update.reason,
-            )
+            _say(f"microcoder_sync: temperature {update.temperature:g} -> {update.next_temperature:g} from step "
+                 f"{step + 1} ({update.reason})")
 
     def _mc_initial_temperature(self) -> float:
         return self.mc_temperature.temperature(0)
@@ -215,7 +213,7 @@ class MicrocoderSyncTrainer(PPOTrainerSync):
             if path and os.path.exists(path):
                 with open(path) as f:
                     self.mc_temperature.load_state_dict(json.load(f))
-                logger.info("microcoder_sync: temperature controller restored from %s", path)
+                _say(f"microcoder_sync: temperature controller restored from {path}")
             else:
                 logger.warning(
                     "microcoder_sync: resuming at step %d without %s (checkpoint of another trainer?): the temperature "
@@ -316,6 +314,12 @@ class MicrocoderSyncTrainer(PPOTrainerSync):
             values[row_mask] = 0.0  # the whole row; masked rows keep their place in every denominator
             out[field] = response_to_nested(values, response_mask)
         tq.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id, fields=TensorDict(out, batch_size=len(batch)))
+
+
+def _say(message: str) -> None:
+    """What users need to see in the trainer's output, as verl prints its own progress (verl's loggers are at
+    WARN by default)."""
+    print(message, flush=True)
 
 
 def _as_list(values) -> list:

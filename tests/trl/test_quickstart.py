@@ -11,7 +11,7 @@ import pytest
 
 from microcoder_ext.reward import evaluate_response
 from microcoder_ext.trl import quickstart as qs
-from microcoder_ext.trl.quickstart_data import generate
+from microcoder_ext.bundled import generate
 
 
 def test_bundle_is_the_generators_output_and_every_reference_passes():

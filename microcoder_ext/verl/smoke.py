@@ -1,0 +1,381 @@
+"""``microcoder smoke verl <main_ppo overrides>``: a few real ``python -m verl.trainer.main_ppo`` steps of the user's
+own launch on the local CPU (:mod:`microcoder_ext.smoke`).
+
+:func:`plan` composes the launch exactly as ``main_ppo`` would (verl's Hydra config + the overrides, incl.
+``+recipe=...``), builds the tiny model and the data, and rewrites only what cannot run on a CPU or would take too
+long there, each rewrite a :class:`~microcoder_ext.smoke.report.Substitution`: the model and data paths, batch sizes
+(keeping the number of updates per step), the response budget, the rollout engine (``hf_cpu``, the CPU backend of
+:mod:`microcoder_ext.verl.cpu`), FSDP1 -> FSDP2, flash-attention -> sdpa, bf16 mixed precision -> fp32, torch.compile
+off, the GPU counts (Ray logical GPUs), worker counts, loggers (``console`` + verl's ``file`` logger), checkpoint
+dir, and a staged temperature schedule compressed into the smoke's steps. Every other setting is the user's.
+
+:func:`run` then runs verl's entry point in a child process with ``VERL_PLATFORM=cpu`` and reads back what verl
+logged (its file logger: one JSON line per step) and what the engines saw (evidence) into a
+:class:`~microcoder_ext.smoke.report.SmokeReport`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import math
+import re
+import sys
+import time
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+from microcoder_ext.smoke import evidence
+from microcoder_ext.smoke.report import SmokeReport, StepRecord, Substitution
+from microcoder_ext.smoke.runner import EXIT_FAILED, EXIT_OK, SmokeOptions, SmokeUsageError
+from microcoder_ext.smoke.schedule import compress_stages
+
+A = "actor_rollout_ref"
+FP32 = "{param_dtype:fp32,reduce_dtype:fp32,buffer_dtype:fp32}"
+#: verl step metric -> smoke time column
+TIMES = {"generation": "timing_s/gen", "reward": "timing_s/reward", "old_log_prob": "timing_s/old_log_prob",
+         "update": "timing_s/update_actor", "weight_sync": "timing_s/update_weights"}
+FRAMEWORK_METRICS = {"pg_loss": "actor/pg_loss", "kl_loss": "actor/kl_loss", "grad_norm": "actor/grad_norm",
+                     "advantages_mean": "critic/advantages/mean", "score_mean": "critic/score/mean",
+                     "truncated_frac": "response_length/clip_ratio", "response_length_mean": "response_length/mean",
+                     "rollout_probs_diff_max": "training/rollout_probs_diff_max", "step_s": "timing_s/step",
+                     "ppo_kl": "actor/ppo_kl", "pg_clipfrac": "actor/pg_clipfrac"}
+
+
+@dataclass
+class VerlSmokePlan:
+    overrides: list[str]  #: what main_ppo is given
+    env: dict
+    work: Path
+    substitutions: list[Substitution]
+    model: dict
+    data: dict
+    samples_per_step: int  #: training responses per step (prompts x n)
+    steps: int
+    logprob_temperature: float | None  #: constant temperature of a run without the controller
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def command(self) -> list[str]:
+        return [sys.executable, "-m", "verl.trainer.main_ppo", *self.overrides]
+
+
+def _hydra_value(value: Any) -> str:
+    """A value as Hydra override syntax (strings quoted when they need it)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, (list, tuple)):
+        return "[" + ",".join(_hydra_value(v) for v in value) + "]"
+    text = str(value)
+    if text.startswith("{") or re.fullmatch(r"[\w./:@+-]+", text):
+        return text
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def _show(value: Any) -> str:
+    if value is None:
+        return "unset"
+    if isinstance(value, (list, tuple)):
+        return ",".join(map(str, value)) if len(value) <= 3 else f"{value[0]}, ... ({len(value)})"
+    return str(value)
+
+
+class _Rewriter:
+    """Collects substitutions; ``apply`` drops the user's overrides of those keys and appends ours."""
+
+    def __init__(self, cfg):
+        self.cfg = cfg
+        self.values: dict[str, str] = {}
+        self.subs: list[Substitution] = []
+
+    def get(self, key: str, default: Any = None) -> Any:
+        from microcoder_ext.verl.recipe_cli import select
+
+        return select(self.cfg, key, default)
+
+    def set(self, key: str, value: Any, what: str | None = None, why: str = "", *, show: str | None = None,
+            quiet: bool = False) -> None:
+        old = self.get(key)
+        self.values[key] = _hydra_value(value)
+        if not quiet and _hydra_value(old) != self.values[key]:
+            self.subs.append(Substitution(what or key, _show(old), show if show is not None else _show(value), why))
+
+    def apply(self, overrides: Sequence[str]) -> list[str]:
+        from hydra.core.override_parser.overrides_parser import OverridesParser
+
+        parsed = OverridesParser.create().parse_overrides(list(overrides))
+        kept = [o.input_line for o in parsed if o.key_or_group not in self.values]
+        return kept + [f"++{k}={v}" for k, v in self.values.items()]
+
+
+@contextlib.contextmanager
+def _quiet(logger_name: str):
+    log = logging.getLogger(logger_name)
+    level = log.level
+    log.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        log.setLevel(level)
+
+
+def plan(overrides: Sequence[str], opts: SmokeOptions, work: Path) -> VerlSmokePlan:
+    """Everything :func:`run` will launch (raises :class:`SmokeUsageError` for a launch that cannot compose)."""
+    from microcoder_ext.smoke.data import verl_data
+    from microcoder_ext.smoke.model import prepare_model
+    from microcoder_ext.smoke.runner import base_env
+    from microcoder_ext.verl.cpu import guard
+    from microcoder_ext.verl.recipe_cli import RecipeError, compose
+
+    with warnings.catch_warnings(), _quiet("verl.plugin.platform.platform_manager"):
+        warnings.simplefilter("ignore")  # verl's import-time notes on engines it does not find (megatron, ...)
+        guard.check_cpu_backend()  # (and "no accelerator detected" from this process, which trains nothing)
+    try:
+        cfg = compose(None, list(overrides))
+    except RecipeError as e:
+        raise SmokeUsageError(str(e)) from None
+    r = _Rewriter(cfg)
+    notes: list[str] = []
+
+    model_path = r.get(f"{A}.model.path")
+    tiny = prepare_model(model_path, warm_steps=opts.warm_start)
+    r.set(f"{A}.model.path", tiny.path, "model", f"{tiny.architecture}, {tiny.parameters / 1e6:.2f} M parameters, "
+          f"{tiny.config_source}; tokenizer: {tiny.tokenizer_source}"
+          + (f"; warm start {tiny.warm_start_steps} steps" if tiny.warm_start_steps else ""))
+    if r.get(f"{A}.model.tokenizer_path") is not None:
+        r.set(f"{A}.model.tokenizer_path", None, "tokenizer path", "the tiny model's own tokenizer")
+
+    train = verl_data(r.get("data.train_files"), work / "data" / "train.parquet", opts.rows, "train")
+    val = verl_data(r.get("data.val_files"), work / "data" / "val.parquet", max(1, opts.rows // 4), "test")
+    r.set("data.train_files", train.path, "train data", train.source, show=train.path)
+    r.set("data.val_files", val.path, "val data", val.source, show=val.path)
+
+    # batch: fewer prompts per step, same number of updates per step
+    batch = int(r.get("data.train_batch_size") or opts.prompts)
+    prompts = min(batch, opts.prompts)
+    n = int(r.get(f"{A}.rollout.n") or 1)
+    samples = min(n, opts.max_samples)
+    mini = int(r.get(f"{A}.actor.ppo_mini_batch_size") or batch)
+    updates = max(1, min(prompts, batch // max(mini, 1)))
+    mini_s = max(1, prompts // updates)
+    gpus = opts.gpus
+    if (mini_s * samples) % gpus:
+        raise SmokeUsageError(f"--gpus {gpus} does not divide a mini-batch of {mini_s} prompts x {samples} samples")
+    r.set("data.train_batch_size", prompts, "prompts per step", "CPU time")
+    r.set(f"{A}.rollout.n", samples, "samples per prompt", "CPU time")
+    r.set(f"{A}.actor.ppo_mini_batch_size", mini_s, "PPO mini-batch (prompts)",
+          f"{updates} update(s) per step, as the launch")
+    r.set(f"{A}.actor.ppo_micro_batch_size_per_gpu", mini_s * samples // gpus, "actor micro-batch", "", quiet=True)
+    r.set(f"{A}.rollout.log_prob_micro_batch_size_per_gpu", prompts * samples // gpus, quiet=True)
+    r.set(f"{A}.ref.log_prob_micro_batch_size_per_gpu", prompts * samples // gpus, quiet=True)
+    r.set("data.dataloader_num_workers", 0, quiet=True)
+    if r.get("data.val_batch_size") is not None:
+        r.set("data.val_batch_size", None, "val batch", "whole val set")
+
+    # lengths: a short response budget (the tiny model's context covers prompt + response)
+    resp = int(r.get("data.max_response_length") or opts.response_length)
+    budget = min(resp, opts.response_length)
+    r.set("data.max_response_length", budget, "response budget (tokens)", "CPU time")
+    if r.get(f"{A}.rollout.response_length") not in (None, budget):
+        r.set(f"{A}.rollout.response_length", budget, quiet=True)
+    prompt_len = int(r.get("data.max_prompt_length") or 512)
+    if r.get(f"{A}.rollout.max_model_len") is not None:
+        r.set(f"{A}.rollout.max_model_len", prompt_len + budget, "engine context", "prompt + response budget")
+    for key in (f"{A}.actor.ppo_max_token_len_per_gpu", f"{A}.rollout.log_prob_max_token_len_per_gpu",
+                f"{A}.ref.log_prob_max_token_len_per_gpu"):
+        value = r.get(key)
+        if isinstance(value, int) and value < prompt_len + budget:
+            r.set(key, prompt_len + budget, quiet=True)
+
+    # engine, attention, precision, parallelism
+    r.set(f"{A}.rollout.name", "hf_cpu", "rollout engine", "HF model on the CPU behind verl's server contract")
+    for key in ("tensor_model_parallel_size", "data_parallel_size", "pipeline_model_parallel_size",
+                "expert_parallel_size"):
+        if (r.get(f"{A}.rollout.{key}") or 1) != 1:
+            r.set(f"{A}.rollout.{key}", 1, f"rollout {key}", "one CPU engine per replica")
+    attn = r.get(f"{A}.model.override_config.attn_implementation") or "flash_attention_2 (verl default)"
+    r.values[f"{A}.model.override_config.attn_implementation"] = "sdpa"
+    r.subs.append(Substitution("attention", _show(attn), "sdpa", "flash-attention needs a GPU"))
+    for role in ("actor", "ref"):
+        if r.get(f"{A}.{role}.strategy") not in ("fsdp2",):
+            r.set(f"{A}.{role}.strategy", "fsdp2", f"{role} strategy", "FSDP1 needs a GPU (sync_module_states)")
+        r.values[f"{A}.{role}.fsdp_config.mixed_precision"] = FP32
+        for key in (f"{A}.{role}.use_torch_compile", f"{A}.{role}.fsdp_config.use_torch_compile"):
+            if r.get(key):
+                r.set(key, False, "torch.compile", "CPU compile time",
+                      quiet=any(sub.what == "torch.compile" for sub in r.subs))
+    r.subs.append(Substitution("mixed precision", "bf16", "fp32", "the CPU engine samples in fp32; equal "
+                               "precision makes engine vs actor log-probs comparable"))
+    if r.get("critic.enable") or r.get("algorithm.adv_estimator") == "gae":
+        if r.get("critic.strategy") != "fsdp2":
+            r.set("critic.strategy", "fsdp2", "critic strategy", "FSDP1 needs a GPU")
+        r.values["critic.fsdp_config.mixed_precision"] = FP32
+        r.set("critic.model.path", tiny.path, quiet=True)
+    r.set("trainer.device", "cpu", "device", "")
+    r.set("trainer.n_gpus_per_node", gpus, "GPUs per node", "Ray logical GPUs (FSDP ranks over gloo)")
+    r.set("trainer.nnodes", 1, "nodes", "one machine")
+    r.values["ray_kwargs.ray_init.num_gpus"] = str(gpus)
+    r.set("ray_kwargs.ray_init.num_cpus", max(8, 4 + 2 * gpus), quiet=True)
+    r.set(f"{A}.rollout.agent.num_workers", 1, "agent-loop workers", "CPU cores")
+    r.set("reward.num_workers", 1, "reward workers", "CPU cores")
+    r.values["transfer_queue.backend.SimpleStorage.num_data_storage_units"] = "1"
+    if r.get(f"{A}.rollout.mode") not in (None, "async"):
+        r.set(f"{A}.rollout.mode", "async", quiet=True)
+    r.subs.append(Substitution("collectives", "NCCL", "gloo", "no GPU"))
+
+    # trainer: steps, logging, checkpoints
+    r.set("trainer.total_training_steps", opts.steps, "training steps", "smoke")
+    loggers = r.get("trainer.logger") or ["console"]
+    loggers = [loggers] if isinstance(loggers, str) else list(loggers)
+    r.set("trainer.logger", ["console", "file"], "loggers", "verl's file logger is what the report reads; no network")
+    save_dir = work / "checkpoints"
+    r.set("trainer.default_local_dir", str(save_dir), "checkpoint dir", "", show=str(save_dir))
+    for key in ("trainer.rollout_data_dir", "trainer.validation_data_dir"):
+        if r.get(key):
+            r.set(key, str(work / key.split(".")[-1]), key, "", quiet=False)
+    resume = r.get("trainer.resume_from_path")
+    if r.get("trainer.resume_mode") == "resume_path" and not (resume and Path(str(resume)).is_dir()):
+        r.set("trainer.resume_mode", "disable", "resume", f"{resume} is not a local checkpoint")
+    if (r.get("trainer.save_freq") or -1) > 0:
+        notes.append(f"a checkpoint is saved at the last step (verl saves at the last step when save_freq > 0) in "
+                     f"{save_dir}")
+
+    # the temperature controller: a staged schedule must switch inside the smoke's steps
+    mc_mode = r.get("microcoder.temperature.mode")
+    if mc_mode == "staged":
+        stages = r.get("microcoder.temperature.stages") or []
+        if stages and stages[-1][0] > opts.steps:
+            short = compress_stages(stages, opts.steps)
+            r.set("microcoder.temperature.stages", short, "temperature stages",
+                  "compressed so that every switch happens within the smoke's steps")
+            r.set("microcoder.temperature.min_stage_steps", 1, quiet=True)
+    elif mc_mode == "auto":
+        notes.append("auto temperature: the controller runs, but a change needs min_interval steps "
+                     f"({r.get('microcoder.temperature.min_interval')}), more than a smoke run has")
+
+    final = r.apply(overrides)
+    uses_controller = r.get("trainer.v1.trainer_mode") == "microcoder_sync"
+    temperature = None if uses_controller else r.get(f"{A}.rollout.temperature")
+    env = base_env(work, {"VERL_PLATFORM": "cpu", "VERL_FILE_LOGGER_PATH": str(work / "metrics.jsonl"),
+                          **opts.extra_env})
+    return VerlSmokePlan(overrides=final, env=env, work=work, substitutions=r.subs, model=tiny.to_dict(),
+                         data={"train": vars(train), "val": vars(val)}, samples_per_step=prompts * samples,
+                         steps=opts.steps, logprob_temperature=None if temperature is None else float(temperature),
+                         notes=notes)
+
+
+# ------------------------------------------------------------------------------------------------ results
+
+
+def read_metrics(path: Path) -> dict[int, dict]:
+    """verl's file logger: step -> metrics (the last line of a step wins)."""
+    out: dict[int, dict] = {}
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError:
+        return out
+    for line in text.splitlines():
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(row, dict) and isinstance(row.get("step"), int) and isinstance(row.get("data"), dict):
+            out.setdefault(row["step"], {}).update(row["data"])
+    return out
+
+
+def _float(value: Any) -> float | None:
+    try:
+        f = float(value)
+    except (TypeError, ValueError):
+        return None
+    return f if math.isfinite(f) else None
+
+
+def build_steps(metrics: dict[int, dict], events: list[dict], samples_per_step: int,
+                constant_temperature: float | None) -> list[StepRecord]:
+    """One :class:`StepRecord` per logged step, from verl's metrics and the evidence events."""
+    gens: dict[int, list[dict]] = {}
+    for e in events:
+        if e.get("event") == "generate" and isinstance(e.get("version"), int):
+            gens.setdefault(e["version"], []).append(e)
+    sent = {e.get("version"): e for e in events if e.get("event") == "weights_sent"}
+    loaded: dict[Any, list[dict]] = {}
+    for e in events:
+        if e.get("event") == "weights_loaded":
+            loaded.setdefault(e.get("version"), []).append(e)
+    rewards = [e for e in events if e.get("event") == "reward"]
+    steps = []
+    # training steps only: validation before training is logged as step 0 without any training metric
+    ordered = sorted(k for k, m in metrics.items() if k >= 1 and "timing_s/step" in m)
+    for i, step in enumerate(ordered):
+        m = metrics[step]
+        rec = StepRecord(step=step)
+        rec.times = {col: _float(m.get(key)) for col, key in TIMES.items()}
+        train_gens = gens.get(step - 1, [])[-samples_per_step:]  # validation requests come first at a version
+        rec.sampler_temperature = sorted({float(e["temperature"]) for e in train_gens})
+        if rec.times.get("reward") is None and train_gens:
+            lo = train_gens[0]["t"]
+            nxt = gens.get(step, [])
+            hi = nxt[0]["t"] if nxt else float("inf")
+            rec.times["reward"] = round(sum(float(e.get("seconds", 0)) for e in rewards if lo <= e["t"] < hi), 3)
+        rec.microcoder = {k: v for k, v in m.items() if k.startswith("microcoder/") and _float(v) is not None}
+        rec.framework = {name: _float(m.get(key)) for name, key in FRAMEWORK_METRICS.items() if key in m}
+        n = samples_per_step
+        rec.responses = n
+        rec.verdicts = {k.split("/", 2)[2]: round(float(v) * n) for k, v in m.items()
+                        if k.startswith("microcoder/verdict/") and _float(v)}
+        lp = m.get("microcoder/temperature", constant_temperature)
+        rec.logprob_temperature = _float(lp)
+        if "training/rollout_probs_diff_max" in m:
+            rec.logprob_check = {"metric": "training/rollout_probs_diff_max",
+                                 "value": _float(m["training/rollout_probs_diff_max"])}
+        got = loaded.get(step, [])
+        if got:
+            rec.weights_changed = all(bool(e.get("changed")) for e in got)
+            s = sent.get(step)
+            rec.engine_synced = s is not None and all(e.get("checksum") == s.get("checksum") for e in got)
+        steps.append(rec)
+    return steps
+
+
+def run(p: VerlSmokePlan, opts: SmokeOptions, progress=None) -> SmokeReport:
+    """Run ``main_ppo`` for the plan; the report (``ok`` only if every requested step was logged)."""
+    from microcoder_ext.smoke.runner import error_excerpt, run_logged
+
+    for name in ("metrics.jsonl", "evidence.jsonl"):
+        (p.work / name).unlink(missing_ok=True)
+    log = p.work / "main_ppo.log"
+    t0 = time.monotonic()
+    seen: set[int] = set()
+    step_re = re.compile(r"\bstep:(\d+) - .*timing_s/step")
+
+    def on_line(line: str) -> None:
+        hit = step_re.search(line)
+        if hit and progress is not None and int(hit.group(1)) not in seen:
+            seen.add(int(hit.group(1)))
+            progress(f"  step {hit.group(1)}/{p.steps} done ({time.monotonic() - t0:.0f} s)")
+
+    rc = run_logged(p.command, p.env, log, cwd=p.work, verbose=opts.verbose, on_line=on_line, timeout=opts.timeout)
+    metrics = read_metrics(p.work / "metrics.jsonl")
+    steps = build_steps(metrics, evidence.read(p.work / "evidence.jsonl"), p.samples_per_step,
+                        p.logprob_temperature)
+    logged = [s.step for s in steps]
+    # every step up to trainer.total_training_steps ran (a resumed run starts after its checkpoint's step)
+    ok = rc == 0 and bool(logged) and logged == list(range(logged[0], p.steps + 1))
+    report = SmokeReport(framework="verl", ok=ok, exit_code=EXIT_OK if ok else EXIT_FAILED, steps_requested=p.steps,
+                         command=p.command, substitutions=p.substitutions, model=p.model, data=p.data, steps=steps,
+                         wall_s=round(time.monotonic() - t0, 1), log=str(log), notes=list(p.notes))
+    if ok and logged[0] > 1:
+        report.notes.append(f"resumed from a checkpoint: steps {logged[0]}-{p.steps} ran")
+    if not ok:
+        report.error = (f"main_ppo exited with status {rc} after {len(steps)} of {p.steps} steps; its error:\n"
+                        + error_excerpt(log))
+    return report

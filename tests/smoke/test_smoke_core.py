@@ -1,0 +1,146 @@
+"""Smoke core: the tiny model, the data, the schedule compression, the evidence file and the report."""
+
+import json
+import math
+
+import pytest
+
+from microcoder_ext import tiny
+from microcoder_ext.smoke import evidence
+from microcoder_ext.smoke.data import openrlhf_data, problems_data, verl_data
+from microcoder_ext.smoke.model import prepare_model
+from microcoder_ext.smoke.report import SmokeReport, StepRecord, Substitution, format_table, summary
+from microcoder_ext.smoke.schedule import compress_stages
+
+
+# ------------------------------------------------------------------------------------------------ model
+
+
+def _qwen3_checkpoint(path, tok):
+    """A 'real' model directory: a Qwen3 config (GQA 4:1, 6 layers), weights and the model's own tokenizer."""
+    cfg = tiny.tiny_config("qwen3", tok, tiny.TinyShape(hidden_size=96, num_layers=6, num_heads=8, num_kv_heads=2,
+                                                        intermediate_size=192))
+    tiny.build_model(cfg).save_pretrained(path)
+    tok.save_pretrained(path)
+    return cfg
+
+
+def test_shrinks_a_local_config_keeping_family_tokenizer_and_gqa(tmp_path):
+    tok = tiny.train_tokenizer(["def f(x):\n    return x + 1\n"] * 20, 300)
+    _qwen3_checkpoint(tmp_path / "user", tok)
+    info = prepare_model(str(tmp_path / "user"), warm_steps=0, out_dir=tmp_path / "smoke")
+    from transformers import AutoConfig
+
+    cfg = AutoConfig.from_pretrained(info.path)
+    assert (info.family, info.architecture) == ("qwen3", "Qwen3ForCausalLM")
+    assert cfg.num_hidden_layers == 2 and cfg.num_attention_heads == 4 and cfg.num_key_value_heads == 1  # 4:1
+    assert cfg.vocab_size == len(tok) and "config.json of" in info.config_source
+    assert info.tokenizer_source.startswith("the model's") and any("num_hidden_layers: 6 -> 2" in c
+                                                                     for c in info.changes)
+
+
+def test_builtin_family_from_the_name_when_nothing_is_local(tmp_path):
+    info = prepare_model("some-org/Qwen3-8B-NotDownloaded", warm_steps=0, out_dir=tmp_path / "m")
+    assert info.family == "qwen3" and "built-in tiny qwen3" in info.config_source
+    assert info.tokenizer_source.startswith("built-in byte-level BPE")
+    info2 = prepare_model("deepseek-ai/DeepSeek-R1-Distill-Qwen-7B", warm_steps=0, out_dir=tmp_path / "m2")
+    assert info2.family == "qwen2"
+
+
+def test_cache_reuses_a_built_model(tmp_path, monkeypatch):
+    monkeypatch.setenv("MICROCODER_CACHE", str(tmp_path))
+    a = prepare_model(None, warm_steps=2)
+    b = prepare_model(None, warm_steps=2)
+    assert not a.cached and b.cached and a.path == b.path
+    assert prepare_model(None, warm_steps=3).path != a.path
+
+
+def test_warm_start_makes_answers_end(tmp_path):
+    info = prepare_model(None, warm_steps=60, out_dir=tmp_path / "w")
+    assert info.warm_start_steps == 60 and info.warm_start_loss[1] < info.warm_start_loss[0] / 3
+
+
+# ------------------------------------------------------------------------------------------------ data
+
+
+def test_verl_data_first_rows_or_bundled(tmp_path):
+    import pyarrow.parquet as pq
+
+    from microcoder_ext.data.writers import write_verl_parquet
+    from microcoder_ext.smoke.data import bundled_problems
+
+    src = write_verl_parquet(bundled_problems("train")[:10], tmp_path / "user.parquet")
+    got = verl_data([str(src)], tmp_path / "out.parquet", 4)
+    rows = pq.read_table(got.path).to_pylist()
+    assert not got.bundled and got.rows == 4 and rows == pq.read_table(src).to_pylist()[:4]
+    for missing in (None, str(tmp_path / "nope.parquet"), "hdfs://cluster/train.parquet"):
+        fb = verl_data(missing, tmp_path / "fb.parquet", 3)
+        assert fb.bundled and fb.rows == 3 and "bundled" in fb.source
+
+
+def test_openrlhf_and_problem_data(tmp_path):
+    src = tmp_path / "user.jsonl"
+    src.write_text("".join(json.dumps({"q": f"p{i}", "a": str(i)}) + "\n" for i in range(9)))
+    got = openrlhf_data(str(src), tmp_path / "o.jsonl", 5)
+    assert not got.bundled and [json.loads(l)["q"] for l in open(got.path)] == [f"p{i}" for i in range(5)]
+    fb = openrlhf_data(None, tmp_path / "fb.jsonl", 2)
+    row = json.loads(open(fb.path).readline())
+    assert fb.bundled and set(row) >= {"prompt", "label"}
+    rec = problems_data(None, tmp_path / "p", 2)
+    assert rec.bundled and rec.path.endswith(".jsonl") and "tests" in json.loads(open(rec.path).readline())
+
+
+# ------------------------------------------------------------------------------------------------ schedule
+
+
+def test_compress_stages():
+    assert compress_stages([[0, 0.6], [140, 1.2]], 3) == [[0, 0.6], [2, 1.2]]
+    assert compress_stages([[0, 0.6], [100, 1.0], [300, 1.2]], 3) == [[0, 0.6], [2, 1.0], [3, 1.2]]
+    assert compress_stages([[0, 0.6], [10, 0.8], [20, 1.0], [30, 1.2]], 2) == [[0, 0.6], [1, 0.8], [2, 1.0]]
+    assert compress_stages([[0, 0.6], [140, 1.2]], 3, first_step=0) == [[0, 0.6], [1, 1.2]]
+
+
+# ------------------------------------------------------------------------------------------------ evidence
+
+
+def test_evidence_appends_lines_only_when_enabled(tmp_path, monkeypatch):
+    path = tmp_path / "ev.jsonl"
+    monkeypatch.delenv(evidence.ENV, raising=False)
+    evidence.record("generate", temperature=1.2)
+    assert not path.exists() and not evidence.enabled()
+    monkeypatch.setenv(evidence.ENV, str(path))
+    evidence.record("generate", temperature=1.2)
+    evidence.record("weights_loaded", checksum="ab")
+    path.write_text(path.read_text() + '{"torn": ')  # a torn last line is skipped
+    got = evidence.read(path)
+    assert [e["event"] for e in got] == ["generate", "weights_loaded"] and all("t" in e and "pid" in e for e in got)
+    assert evidence.read(tmp_path / "missing.jsonl") == []
+
+
+# ------------------------------------------------------------------------------------------------ report
+
+
+def _report(ok=True):
+    steps = [StepRecord(step=1, times={"generation": 2.0, "reward": 0.3, "old_log_prob": 0.1, "update": 0.5,
+                                       "weight_sync": 0.02},
+                        microcoder={"microcoder/masked_frac": 0.25, "microcoder/truncated_frac": 0.5},
+                        framework={"pg_loss": -0.05}, verdicts={"correct": 3, "no_answer": 5},
+                        weights_changed=True, engine_synced=True, sampler_temperature=[1.2],
+                        logprob_temperature=1.2,
+                        logprob_check={"metric": "training/rollout_probs_diff_max", "value": 2e-6})]
+    return SmokeReport(framework="verl", ok=ok, exit_code=0 if ok else 1, steps_requested=1 if ok else 2,
+                       substitutions=[Substitution("rollout engine", "vllm", "hf_cpu", "no GPU")], steps=steps,
+                       wall_s=80.0, error=None if ok else "boom")
+
+
+def test_table_summary_and_json(tmp_path):
+    r = _report()
+    table = format_table(r)
+    assert "masked" in table and "0.250" in table and "ok3" in table and "na5" in table and "2.0e-06" in table
+    text = summary(r)
+    assert "1 training step(s) ran of 1 (ok" in text and "sampled at T = 1.2; log-probs at T = 1.2" in text
+    r.steps[0].framework["pg_loss"] = math.nan
+    data = json.loads(r.write_json(tmp_path / "r.json").read_text())
+    assert data["steps"][0]["framework"]["pg_loss"] is None and data["substitutions"][0]["smoke"] == "hf_cpu"
+    failed = _report(ok=False)
+    assert "FAILED" in summary(failed) and "error: boom" in summary(failed)

@@ -1,0 +1,224 @@
+"""The verl CPU backend (microcoder_ext.verl.cpu) is active only when asked for, its guard names every changed
+internal, and ``microcoder smoke verl``'s plan rewrites exactly what a CPU run needs (no training here: see
+test_smoke_e2e.py)."""
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.verl
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _python(code: str, **env) -> subprocess.CompletedProcess:
+    base = {k: v for k, v in os.environ.items() if k not in ("VERL_PLATFORM", "VERL_USE_EXTERNAL_PLUGINS")}
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
+                          timeout=300, env={**base, **env})
+
+
+PROBE = """
+    import sys, json
+    import verl
+    from verl.plugin.platform import PlatformRegistry
+    from verl.workers.rollout import base
+    from verl.workers.rollout.replica import RolloutReplicaRegistry
+    try:
+        RolloutReplicaRegistry.get("hf_cpu"); replica = True
+    except Exception:
+        replica = False
+    {extra}
+    print(json.dumps({{
+        "platform": "cpu" in PlatformRegistry.registered_names(),
+        "replica": replica,
+        "adapter": ("hf_cpu", "async") in base._ROLLOUT_REGISTRY,
+        "modules": sorted(m for m in sys.modules if m.startswith("microcoder_ext.verl.cpu.")),
+        "engine_patched": {engine},
+    }}))
+"""
+
+
+def _probe(extra: str = "", engine: str = "None", **env) -> dict:
+    import json
+
+    proc = _python(PROBE.format(extra=textwrap.indent(textwrap.dedent(extra), "    ").strip(), engine=engine), **env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+ENGINE_STATE = ("getattr(__import__('verl.workers.engine_workers', fromlist=['x'])"
+                ".initialize_global_process_group_ray, '_microcoder_cpu', False)")
+
+
+def test_plain_import_and_a_normal_launch_resolve_nothing_of_the_cpu_backend():
+    got = _probe()
+    assert got == {"platform": False, "replica": False, "adapter": False, "modules": [], "engine_patched": None}
+    # a normal launch's worker: verl's worker module imported, nothing of ours patched into it
+    got = _probe(engine=ENGINE_STATE)
+    assert got["engine_patched"] is False and got["modules"] == []
+
+
+def test_verl_platform_cpu_activates_it_in_every_verl_process():
+    got = _probe(engine=ENGINE_STATE, VERL_PLATFORM="cpu")
+    assert got["platform"] and got["replica"] and got["adapter"] and got["engine_patched"] is True
+    assert "microcoder_ext.verl.cpu.platform" in got["modules"]
+
+
+def test_cpu_engines_and_unpinned_reference_offload_are_registered_on_import():
+    code = """
+        import verl
+        from verl.workers.engine.base import EngineRegistry
+        from verl.workers.engine.fsdp import transformer_impl as ti
+        from verl.utils.device import get_device_name
+        cls = EngineRegistry.get_engine_cls("language_model", "fsdp2")
+        assert get_device_name() == "cpu", get_device_name()
+        assert cls is ti.FSDPEngineWithLMHead, cls
+        policy = ti.CPUOffloadPolicy(pin_memory=True)
+        assert policy.pin_memory is False
+        print("ok")
+    """
+    proc = _python(code, VERL_PLATFORM="cpu")
+    assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), proc.stderr[-3000:]
+
+
+def test_guard_passes_on_the_tested_verl_and_names_a_changed_internal(monkeypatch):
+    from microcoder_ext.verl.cpu import guard
+
+    assert guard.check_cpu_backend() == "0.9.1"
+    import verl.utils.distributed as dist
+
+    def changed(timeout_second=None, backend=None):  # a release that builds its backend string differently
+        return None
+
+    monkeypatch.setattr(dist, "initialize_global_process_group_ray", changed)
+    monkeypatch.setattr(guard.I, "resolve", _resolve_with(dist, changed))
+    with pytest.raises(guard.VerlInternalsChanged) as e:
+        guard.check_cpu_backend()
+    assert "initialize_global_process_group_ray" in str(e.value) and "cpu:gloo" in str(e.value)
+
+
+def _resolve_with(dist, fn):
+    from microcoder_ext import internals
+
+    real = internals.resolve
+
+    def resolve(path):
+        if path == "verl.utils.distributed:initialize_global_process_group_ray":
+            return fn
+        return real(path)
+
+    return resolve
+
+
+def test_failed_check_in_a_worker_leaves_a_tripwire_with_the_guard_message():
+    code = """
+        import verl.utils.distributed as dist
+        def initialize_global_process_group_ray(timeout_second=None, backend=None):
+            pass  # changed upstream: no "cpu:gloo,<device>:<backend>" string any more
+        dist.initialize_global_process_group_ray = initialize_global_process_group_ray
+        from verl.workers import engine_workers
+        try:
+            engine_workers.initialize_global_process_group_ray()
+        except Exception as e:
+            print(type(e).__name__, "|", str(e).splitlines()[0])
+    """
+    proc = _python(code, VERL_PLATFORM="cpu")
+    assert "VerlInternalsChanged | microcoder-ext's verl CPU backend" in proc.stdout, proc.stderr[-2000:]
+
+
+# ------------------------------------------------------------------------------------------------ smoke plan
+
+
+def _plan(tmp_path, *launch, **opts):
+    from microcoder_ext.smoke.runner import SmokeOptions
+    from microcoder_ext.verl.smoke import plan
+
+    return plan(list(launch), SmokeOptions(warm_start=0, **opts), tmp_path)
+
+
+def _recipe_args(tmp_path) -> list[str]:
+    """What ``SMOKE=1 MODEL=qwen3_1.7b bash verl_recipes/train.sh`` hands to ``microcoder smoke`` (a stand-in
+    ``microcoder`` on PATH records its argv)."""
+    import json
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "microcoder"
+    fake.write_text(f"#!{sys.executable}\nimport json, sys\nprint(json.dumps(sys.argv[1:]))\n")
+    fake.chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "SMOKE": "1", "MODEL": "qwen3_1.7b",
+           "SMOKE_ARGS": "--steps 3", "TRAIN": "t.parquet", "VAL": "v.parquet"}
+    proc = subprocess.run(["bash", str(ROOT / "verl_recipes" / "train.sh")], capture_output=True, text=True, env=env)
+    assert proc.returncode == 0, proc.stderr
+    argv = json.loads(proc.stdout)
+    assert argv[:4] == ["smoke", "--steps", "3", "verl"] and argv[4] == "+recipe=microcoder"
+    return argv[4:]
+
+
+def test_plan_of_the_paper_recipe_substitutes_every_gpu_only_piece(tmp_path):
+    p = _plan(tmp_path, *_recipe_args(tmp_path))
+    final = dict(o.lstrip("+").split("=", 1) for o in p.overrides if "=" in o and not o.startswith("+recipe"))
+    assert "+recipe=microcoder" in p.overrides
+    assert final["actor_rollout_ref.rollout.name"] == "hf_cpu"
+    assert final["actor_rollout_ref.actor.strategy"] == "fsdp2"
+    assert final["actor_rollout_ref.model.override_config.attn_implementation"] == "sdpa"
+    assert final["trainer.n_gpus_per_node"] == "1" and final["ray_kwargs.ray_init.num_gpus"] == "1"
+    assert final["data.train_batch_size"] == "4" and final["actor_rollout_ref.actor.ppo_mini_batch_size"] == "2"
+    assert final["data.max_response_length"] == "32" and final["trainer.total_training_steps"] == "3"
+    assert final["trainer.logger"] == "[console,file]"
+    # the user's settings that work on a CPU stay
+    assert final["actor_rollout_ref.model.use_remove_padding"] == "true"
+    assert final["actor_rollout_ref.actor.use_dynamic_bsz"] == "true"
+    assert final["actor_rollout_ref.actor.optim.lr"] == "1e-6"
+    # each key appears once (Hydra rejects a key given twice)
+    keys = [o.split("=", 1)[0].lstrip("+~") for o in p.overrides]
+    assert len(keys) == len(set(keys))
+    shown = {s.what: s for s in p.substitutions}
+    assert shown["rollout engine"].launch == "vllm" and shown["prompts per step"].launch == "64"
+    assert shown["PPO mini-batch (prompts)"].why.startswith("2 update(s)")
+    assert {"attention", "mixed precision", "collectives", "GPUs per node", "model", "train data"} <= set(shown)
+    assert p.model["family"] == "qwen3"
+
+
+def test_plan_compresses_a_staged_schedule(tmp_path):
+    p = _plan(tmp_path, "+recipe=microcoder", "microcoder.temperature.mode=staged",
+              "microcoder.temperature.stages=[[0,0.6],[140,1.2]]", steps=3)
+    assert "++microcoder.temperature.stages=[[0,0.6],[2,1.2]]" in p.overrides
+    assert "++microcoder.temperature.min_stage_steps=1" in p.overrides
+    assert any(s.what == "temperature stages" for s in p.substitutions)
+
+
+def test_plan_usage_errors(tmp_path):
+    from microcoder_ext.smoke.runner import SmokeUsageError
+
+    with pytest.raises(SmokeUsageError, match="cannot compose"):
+        _plan(tmp_path, "no_such.key=1")
+    with pytest.raises(SmokeUsageError, match="--gpus 3"):
+        _plan(tmp_path, "actor_rollout_ref.rollout.n=4", "data.train_batch_size=4",
+              "actor_rollout_ref.actor.ppo_mini_batch_size=4", gpus=3)
+
+
+def test_cli_help_and_bad_arguments():
+    run = lambda *a: subprocess.run([sys.executable, "-m", "microcoder_ext.cli", "smoke", *a],  # noqa: E731
+                                    capture_output=True, text=True, timeout=300)
+    h = run("--help")
+    assert h.returncode == 0 and "what a passing smoke run proves" in h.stdout and "verl_recipes/train.sh" in h.stdout
+    bad = run("--steps", "0", "verl")
+    assert bad.returncode == 2 and "--steps must be an integer >= 1" in bad.stderr
+    compose_error = run("--warm-start", "0", "verl", "no_such.key=1")
+    assert compose_error.returncode == 2 and "cannot compose" in compose_error.stderr
+
+
+def test_guard_still_passes_where_the_backend_is_active():
+    """In a VERL_PLATFORM=cpu process the patches are in place; the guard checks verl's own functions."""
+    proc = _python("""
+        import verl, verl.utils.model
+        from microcoder_ext.verl.cpu import guard
+        assert getattr(verl.utils.model.load_valuehead_model, "_microcoder_cpu", False)
+        print(guard.check_cpu_backend())
+    """, VERL_PLATFORM="cpu")
+    assert proc.returncode == 0 and proc.stdout.strip().endswith("0.9.1"), proc.stderr[-2000:]
