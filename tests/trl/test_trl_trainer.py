@@ -346,3 +346,24 @@ def test_lora_trains_with_the_controller_on_the_base_models_head(tmp_path, token
     assert trainer.mc_logprob_temperatures() == [0.8]
     trainer.train()
     assert any("microcoder/masked_frac" in h for h in trainer.state.log_history)
+
+
+def test_eos_exactly_at_the_budget_finished_cut_at_the_budget_truncated(tmp_path, tokenizer):
+    """core.truncation, as in the verl and OpenRLHF adapters: a completion of exactly max_completion_length tokens
+    whose last one is EOS finished (not masked); one of that length without EOS was cut (masked, rho 1)."""
+    reward = ScriptedReward([V.CORRECT])
+    trainer = make_trainer(tmp_path, tokenizer, reward=reward, microcoder={"mask": {"rho": 1.0, "m": M}})
+    L = trainer.max_completion_length
+    eos, a = tokenizer.eos_token_id, tokenizer.convert_tokens_to_ids("a")
+    b = tokenizer.convert_tokens_to_ids("b")
+    ids = torch.tensor([[a] * (L - 1) + [eos],  # EOS at the budget: finished
+                        ([a, b, b, a] * L)[:L],  # cut at the budget; its last 2m tokens do not repeat
+                        [a, b] + [eos] + [tokenizer.pad_token_id] * (L - 3),  # short, finished
+                        [a] * (L - 1) + [eos]])
+    mask = torch.ones_like(ids)
+    mask[2, 3:] = 0
+    trainer.mc_reward.last_verdicts = [V.CORRECT] * 4
+    out = {"completion_ids": ids, "completion_mask": mask, "advantages": torch.tensor([1.0, 1.0, -1.0, -1.0])}
+    metrics = trainer._mc_apply_mask(out, step=1)
+    assert out["advantages"].tolist() == [1.0, 0.0, -1.0, -1.0]
+    assert metrics["microcoder/truncated_frac"] == 0.25 and metrics["microcoder/masked_frac"] == 0.25
