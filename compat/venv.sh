@@ -33,13 +33,30 @@ _pip() {
 # _install_openrlhf VENV CONSTRAINTS EXTRAS (torch is already in): openrlhf==0.11.2 pins flash-attn==2.8.3, which only
 # builds with CUDA, so OpenRLHF goes in with --no-deps after the dependencies its modules import; versions come from
 # the constraints file. deepspeed is an sdist whose setup.py imports torch: no build isolation (CPU, no ops built).
+# Then DeepSpeed's CPU ops that a real OpenRLHF step loads on DS_ACCELERATOR=cpu (FusedAdam's CPU kernel and the
+# shared-memory collectives) are JIT-built once into $venv/torch_extensions (g++ + Python headers; ~10 min on 2 busy
+# cores); the CPU end-to-end tests and `microcoder smoke openrlhf` point TORCH_EXTENSIONS_DIR there
+# (microcoder_ext.openrlhf.cpu.ops_dir), so they load in seconds.
 _install_openrlhf() {
   local venv=$1 c=$2 extras=$3
   # + tensorboard: OpenRLHF's --logger.tensorboard_dir writer (tests read the metrics back from its event files)
   _pip "$venv" install -c "$c" transformers ray sympy pylatexenc aiohttp peft torchdata datasets pillow tensorboard || return 1
-  _pip "$venv" install -c "$c" --no-build-isolation deepspeed || return 1
+  # + ninja, py-cpuinfo: what DeepSpeed's JIT op builder needs
+  _pip "$venv" install -c "$c" --no-build-isolation deepspeed ninja py-cpuinfo || return 1
   _pip "$venv" install -c "$c" --no-deps openrlhf || return 1
-  _pip "$venv" install -c "$c" -e "$ROOT[$extras]"
+  _pip "$venv" install -c "$c" -e "$ROOT[$extras]" || return 1
+  log "building DeepSpeed's CPU ops (fused_adam, deepspeed_shm_comm) into $venv/torch_extensions (once per venv)"
+  local t0=$SECONDS
+  if ! PATH="$venv/bin:$PATH" DS_ACCELERATOR=cpu TORCH_EXTENSIONS_DIR="$venv/torch_extensions" "$venv/bin/python" -c '
+from deepspeed.accelerator import get_accelerator
+assert get_accelerator().device_name() == "cpu", get_accelerator().device_name()
+for op in ("FusedAdamBuilder", "ShareMemCommBuilder"):
+    get_accelerator().create_op_builder(op).load(verbose=False)
+' >"$venv/ops-build.log" 2>&1; then
+    cat "$venv/ops-build.log" >&2; echo "building DeepSpeed's CPU ops failed (log above; needs g++ and the Python headers)" >&2
+    return 1
+  fi
+  echo "DeepSpeed CPU ops built in $((SECONDS - t0)) s" | tee -a "$venv/ops-build.log" >&2
 }
 
 # _install_trl VENV CONSTRAINTS EXTRAS (torch is already in, so accelerate keeps the CPU wheel): TRL and the stack it

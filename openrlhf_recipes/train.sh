@@ -13,6 +13,9 @@
 #        preset is refused unless --mc.allow_override (`python3 -m microcoder_ext.openrlhf.train --help`).
 # DRY_RUN=1 adds --mc.dry_run: OpenRLHF parses and validates everything and the effective settings are printed; no Ray,
 #        GPU, model or data needed (works on any CPU machine with openrlhf installed).
+# SMOKE=1 runs 3 real OpenRLHF steps of exactly this launch on the local CPU (`microcoder smoke openrlhf`): a tiny model
+#        of the same family, the first rows of TRAIN/VAL, every GPU-only piece swapped for the CPU backend (printed).
+#        SMOKE_ARGS: options of `microcoder smoke` (e.g. "--steps 2 --json smoke.json").
 #
 # Data: OpenRLHF JSONL rows with `prompt` = chat messages ([{"role": "user", "content": ...}], rendered with the model's
 # chat template) and `label` = the tests as a JSON string ({"inputs": [...], "outputs": [...], "fn_name"?: str}), read by
@@ -93,6 +96,10 @@ if [ "$PRESET" = mask_only ]; then
   # assumes a group estimator: GRPO's group_norm [INF] (override either with FLAGS)
   args+=(--reward.remote_url "$(python3 -c 'import microcoder_ext.openrlhf.launcher as l; print(l.reward_file())')"
          --algo.advantage.estimator group_norm)
+fi
+if [ "${SMOKE:-0}" = 1 ]; then
+  # shellcheck disable=SC2086  # SMOKE_ARGS is a list of options
+  exec microcoder smoke ${SMOKE_ARGS:-} openrlhf "${args[@]}" "$@"
 fi
 if [ "${DRY_RUN:-0}" = 1 ]; then
   args+=(--mc.dry_run)

@@ -30,8 +30,8 @@ for suite in $SUITES; do
   case "$suite" in
     verl)
       py=$(ensure_venv verl)
-      log "suite verl: core + reward engine + verl adapter + data/eval tests ($("$py" -c 'import verl; print("verl", verl.__version__)' 2>/dev/null))"
-      run_pytest "$py" tests/core tests/reward tests/verl tests/data tests/eval "$@" || status=1
+      log "suite verl: core + smoke core + reward engine + verl adapter + data/eval tests ($("$py" -c 'import verl; print("verl", verl.__version__)' 2>/dev/null))"
+      run_pytest "$py" tests/core tests/smoke tests/reward tests/verl tests/data tests/eval "$@" || status=1
       ;;
     openrlhf)
       # the reward engine's own tests (tests/reward) run in the verl suite; flash_attn/vllm are stubbed by

@@ -6,10 +6,15 @@ tensors only: ``pass_rate``, ``num_tests`` and one-hot ``mc_verdict_<verdict>`` 
 ``microcoder_ext.core.verdicts`` (OpenRLHF crashes on string values). ``labels`` are the JSON test specs
 (``--data.label_key``). The response is ``query[len(prompt):]`` when the query starts with the prompt,
 else the text after the last assistant header; special tokens are stripped.
+
+Under ``microcoder smoke`` (:mod:`microcoder_ext.smoke.evidence` enabled) each scored query is also recorded as a
+``reward_func`` event: ``query`` (:func:`query_digest` of the text OpenRLHF passed, which the CPU engine records for
+the same sample), ``reward`` and ``verdict``, so a test can follow every sample from the engine to its advantage.
 """
 
 from __future__ import annotations
 
+import hashlib
 import re
 
 from microcoder_ext.core import verdicts as V
@@ -57,12 +62,27 @@ def _one(query, prompt, label) -> dict:
         return {"score": 0.0, "pass_rate": 0.0, "num_tests": 0, "verdict": V.SANDBOX_ERROR, "detail": str(e)}
 
 
+def query_digest(query: str) -> str:
+    """16 hex digits of SHA-256 of a query (decoded prompt + response, special tokens kept)."""
+    return hashlib.sha256(query.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+
+
+def _record(queries: list, results: list[dict]) -> None:
+    from microcoder_ext.smoke import evidence
+
+    if not evidence.enabled():
+        return
+    for q, r in zip(queries, results):
+        evidence.record("reward_func", query=query_digest(_text(q)), reward=float(r["score"]), verdict=r["verdict"])
+
+
 def reward_func(queries, prompts, labels, **kwargs) -> dict:
     import torch
 
     queries, prompts, labels = _as_list(queries), _as_list(prompts), _as_list(labels)
     results = [_one(q, prompts[i] if i < len(prompts) else "", labels[i] if i < len(labels) else "")
                for i, q in enumerate(queries)]
+    _record(queries, results)
     rewards = torch.tensor([float(r["score"]) for r in results], dtype=torch.float32)
     logs = {"pass_rate": torch.tensor([float(r["pass_rate"]) for r in results], dtype=torch.float32),
             "num_tests": torch.tensor([float(r["num_tests"]) for r in results], dtype=torch.float32)}

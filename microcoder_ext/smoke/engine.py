@@ -13,9 +13,10 @@ and implements the sampling semantics those contracts assume, as vLLM does:
   top-k/top-p, for the sampled token (what verl's and OpenRLHF's rollout/actor comparisons assume).
 
 Sampling is deterministic: each request draws from its own ``torch.Generator`` seeded by the request's ``seed``
-(vLLM's per-request seed) or, without one, by ``(engine seed, weight version, prompt, k)`` where ``k`` counts the
-requests with the same prompt since the last weight update; so a run repeated with the same settings produces the
-same samples whatever order concurrent requests arrive in.
+(vLLM's per-request seed) or, without one, by ``(engine seed, stream, weight version, prompt, k)`` where ``k``
+counts the requests with the same prompt since the last weight update and ``stream`` tells engines of one run apart
+(the replica rank: two replicas never repeat each other's samples); so a run repeated with the same settings produces
+the same samples whatever order concurrent requests arrive in.
 
 Weights: :meth:`CpuEngine.load_weights` copies named tensors into the model (the frameworks' weight sync) and
 :func:`weights_checksum` gives a content hash that the sending and the receiving side compute over the same names, so
@@ -98,7 +99,7 @@ class _Counters:
 class CpuEngine:
     """One causal LM on the CPU (see the module doc). Thread-safe: requests run one at a time."""
 
-    def __init__(self, model_path: str, *, dtype: str | torch.dtype = "float32", seed: int = 0,
+    def __init__(self, model_path: str, *, dtype: str | torch.dtype = "float32", seed: int = 0, stream: int = 0,
                  stop_token_ids: Sequence[int] | None = None, threads: int | None = 1):
         from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
@@ -125,6 +126,7 @@ class CpuEngine:
             stop_token_ids = _stop_ids(tok_eos, gen_eos)
         self.stop_token_ids = tuple(int(t) for t in stop_token_ids)
         self.seed = int(seed)
+        self.stream = int(stream)
         self._lock = threading.Lock()
         self._counters = _Counters()
         self.num_requests = 0
@@ -175,7 +177,7 @@ class CpuEngine:
                 key = hashlib.sha256(repr(prompt).encode()).hexdigest()
                 k = self._counters.seen.get(key, 0)
                 self._counters.seen[key] = k + 1
-                seed = _seed_of(self.seed, self._counters.version, key, k)
+                seed = _seed_of(self.seed, self.stream, self._counters.version, key, k)
             version = self._counters.version
             out = self._sample(prompt, params, seed)
             self.num_requests += 1

@@ -153,7 +153,8 @@ def summary(report: SmokeReport) -> str:
         checks = [s.logprob_check["value"] for s in steps if s.logprob_check.get("value") is not None]
         metric = next((s.logprob_check["metric"] for s in steps if s.logprob_check), None)
         lines.append(f"  sampled at T = {_temps(temps)}; log-probs at T = {_temps(lp)}"
-                     + (f"; engine vs trainer log-probs, max {metric} = {max(checks):.1e}" if checks else ""))
+                     + (f"; engine vs trainer log-probs, max |{metric}| = {max(abs(c) for c in checks):.1e}"
+                        if checks else ""))
     for note in report.notes:
         lines.append(f"  note: {note}")
     if report.error:

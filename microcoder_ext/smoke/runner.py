@@ -116,29 +116,54 @@ def _kill(proc: subprocess.Popen) -> None:
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _RAY_PREFIX = re.compile(r"^\((\w+) pid=\d+(?:, ip=[\d.]+)?\)\s?")
+_EXC_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt)(\([\w.]+\))?:\s")
 
 
-def error_excerpt(log_path: Path, max_lines: int = 40) -> str:
-    """The framework's own error from a log: the last Python traceback (Ray's prefixes stripped), else its tail."""
+def _exception_lines(lines: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """``(process, line)`` of each traceback's final exception line, in order."""
+    out = []
+    in_tb: dict[str, bool] = {}
+    for proc, line in lines:
+        if line.startswith("Traceback (most recent call last)"):
+            in_tb[proc] = True
+            continue
+        if in_tb.get(proc) and _EXC_LINE.match(line):
+            if line.startswith("ray.exceptions.RayTaskError"):  # the remote traceback and its exception follow
+                continue
+            out.append((proc, line.strip()))
+            in_tb[proc] = False
+    return out
+
+
+def error_excerpt(log_path: Path, max_lines: int = 30) -> str:
+    """The framework's own error from a log: the exceptions its workers raised (root causes, deduplicated, first
+    first) and the tail of the last traceback (what the entry point died of); Ray's colour codes stripped."""
     try:
-        lines = [_ANSI.sub("", l.rstrip("\n")) for l in log_path.read_text(encoding="utf-8", errors="replace")
-                 .splitlines()]
+        raw = log_path.read_text(encoding="utf-8", errors="replace").splitlines()
     except OSError:
         return ""
-    clean = [_RAY_PREFIX.sub("", l) for l in lines]
-    starts = [i for i, l in enumerate(clean) if l.startswith("Traceback (most recent call last)")]
-    if starts:
-        start = starts[-1]
-        end = start + 1
-        while end < len(clean) and (clean[end].startswith((" ", "\t")) or not clean[end].strip()
-                                    or end == start + 1):
-            end += 1
-        block = clean[start:min(end + 1, len(clean))]
-        # Ray re-raises with the remote traceback in the message: keep up to the first exception line after it
-        tail = [l for l in clean[end + 1:end + 8] if l.strip()]
-        text = block + tail[:3]
-        return "\n".join(text[-max_lines:])
-    errors = [l for l in clean if re.search(r"\b(Error|Exception)\b", l)]
-    if errors:
-        return "\n".join(errors[-max_lines:])
-    return "\n".join(clean[-max_lines:])
+    lines = []
+    for line in raw:
+        line = _ANSI.sub("", line)
+        m = _RAY_PREFIX.match(line)
+        lines.append((m.group(1) if m else "main", _RAY_PREFIX.sub("", line)))
+    excs = _exception_lines(lines)
+    if not excs:
+        tail = [l for _, l in lines if re.search(r"\b(Error|Exception)\b", l)] or [l for _, l in lines]
+        return "\n".join(tail[-max_lines:])
+    seen, causes = set(), []
+    for proc, line in excs[:-1]:
+        if line not in seen:
+            seen.add(line)
+            causes.append(f"  ({proc}) {line}")
+    last_proc, last_line = excs[-1]
+    starts = [i for i, (p, l) in enumerate(lines) if p == last_proc and l.startswith("Traceback")]
+    block = [l for p, l in lines[starts[-1]:] if p == last_proc] if starts else [last_line]
+    end = next((i for i, l in enumerate(block) if l.strip() == last_line), len(block) - 1)
+    final = [l for l in block[max(0, end - 12):end + 1] if l.strip().strip("^")]
+    out = []
+    if causes:
+        out += ["raised in the framework's workers:", *causes[:5]] + (
+            [f"  ... {len(causes) - 5} more"] if len(causes) > 5 else [])
+    out += ["the entry point's error:", *("  " + l for l in final)]
+    return "\n".join(out)

@@ -268,3 +268,10 @@ def make_rollout_actor(tokenizer):
             install_fake_vllm(mp, tokenizer, script)
             return rollout_actor(args)
     return make
+
+
+@pytest.fixture(scope="session")
+def build_rollout_actor():
+    """``build_rollout_actor(args, **overrides)``: :func:`rollout_actor` with whatever ``vllm`` engine the test put
+    on the ``vllm`` module (no fake installed)."""
+    return rollout_actor

@@ -20,7 +20,8 @@ from microcoder_ext.core.config import MaskConfig  # noqa: E402
 from microcoder_ext.core.masking import conditional_truncation_mask  # noqa: E402
 from microcoder_ext.openrlhf.advantage_mask import MASKED_KEY, apply_truncation_mask, response_tokens  # noqa: E402
 
-from openrlhf_cases import BROKEN_ROW, CASES as _CASES, MAX_NEW, M, N, masked_at_rho_1, per_sample  # noqa: E402
+from openrlhf_cases import (  # noqa: E402
+    BROKEN_ROW, CASES as _CASES, FILLER, MAX_NEW, M, N, SUM, SUM_TESTS, fence, masked_at_rho_1, per_sample)
 
 CASES = {**_CASES, BROKEN_ROW[0]: BROKEN_ROW[1]}
 EXPECTED = [s for _, (_, samples) in CASES.items() for s in samples]
@@ -30,9 +31,8 @@ def expected_mask(mode):
     return [masked_at_rho_1(v, trunc, rep, mode) for _, v, trunc, rep in EXPECTED]
 
 
-@pytest.fixture(scope="module")
-def flow(cli, reward_files, tokenizer, rollout_responses, make_generate_kwargs, make_prompt):
-    """Runs the rollout once; ``flow.step()`` rebuilds fresh post-advantage experiences from it."""
+def make_flow(cases, cli, reward_files, tokenizer, rollout_responses, make_generate_kwargs, make_prompt):
+    """Runs the rollout of ``cases`` once; ``flow.step()`` rebuilds fresh post-advantage experiences from it."""
     from types import SimpleNamespace
 
     from openrlhf.trainer.ppo_utils.experience_maker import RemoteExperienceMaker
@@ -42,10 +42,10 @@ def flow(cli, reward_files, tokenizer, rollout_responses, make_generate_kwargs, 
     args = cli("--algo.advantage.estimator", "group_norm", "--rollout.n_samples_per_prompt", str(N),
                "--algo.kl.init_coef", "0", "--actor.eps_clip_low_high", "0.2", "0.28",
                "--reward.remote_url", str(reward_files["reward_fns"]), "--data.max_len", "1024",
-               "--rollout.max_new_tokens", str(MAX_NEW), "--rollout.batch_size", str(len(CASES)),
-               "--rollout.micro_batch_size", "5", "--actor.num_gpus_per_node", "1")
-    script = {make_prompt(p): [c for c, *_ in samples] for p, (_, samples) in CASES.items()}
-    _, responses = rollout_responses(args, script, [(make_prompt(p), label) for p, (label, _) in CASES.items()], N)
+               "--rollout.max_new_tokens", str(MAX_NEW), "--rollout.batch_size", str(len(cases)),
+               "--rollout.micro_batch_size", str(min(5, N * len(cases))), "--actor.num_gpus_per_node", "1")
+    script = {make_prompt(p): [c for c, *_ in samples] for p, (_, samples) in cases.items()}
+    _, responses = rollout_responses(args, script, [(make_prompt(p), label) for p, (label, _) in cases.items()], N)
     strategy = SimpleNamespace(args=args)
     gen_kwargs = make_generate_kwargs(args)
     generator = SamplesGenerator(strategy, None, None, tokenizer, [])
@@ -62,6 +62,11 @@ def flow(cli, reward_files, tokenizer, rollout_responses, make_generate_kwargs, 
         return maker.compute_advantages_and_returns(batches)
 
     return SimpleNamespace(args=args, step=step)
+
+
+@pytest.fixture(scope="module")
+def flow(cli, reward_files, tokenizer, rollout_responses, make_generate_kwargs, make_prompt):
+    return make_flow(CASES, cli, reward_files, tokenizer, rollout_responses, make_generate_kwargs, make_prompt)
 
 
 def test_rollout_matches_the_cases(flow):
@@ -224,3 +229,66 @@ def test_policy_loss_zero_gradient_for_masked_rows_which_stay_in_the_denominator
         kept = ~masked
         sub = loss_fn(log_probs[kept].detach(), old[kept], batch.advantages[kept], action_mask=mask[kept])[0]
         assert loss.item() == pytest.approx(sub.item() * mask[kept].sum().item() / mask.sum().item(), rel=1e-5)
+
+
+# ------------------------------------------------------------------------------------------------ EOS at the budget
+
+#: completions of exactly MAX_NEW - 1 bytes: with the EOS the engine appends, the response is MAX_NEW tokens long
+SUM_AT_BUDGET = (fence(SUM) + "\n" + FILLER)[:MAX_NEW - 1]
+EOS_CASES = {
+    "Read two integers and print their sum (at the budget).": (SUM_TESTS, [
+        (SUM_AT_BUDGET, V.CORRECT, False, False),  # ends with EOS exactly at the budget: finished, never masked
+        (SUM_AT_BUDGET + "!", V.CORRECT, True, False),  # one byte more: cut at the budget -> truncated, masked
+        (fence(SUM), V.CORRECT, False, False),
+        (fence("a, b = map(int, input().split())\nprint(a - b)"), V.WRONG_ANSWER, False, False),
+    ]),
+}
+
+
+@pytest.fixture(scope="module")
+def eos_flow(cli, reward_files, tokenizer, rollout_responses, make_generate_kwargs, make_prompt):
+    return make_flow(EOS_CASES, cli, reward_files, tokenizer, rollout_responses, make_generate_kwargs, make_prompt)
+
+
+@pytest.mark.parametrize("stop_ids", ["eos", "none"])
+def test_eos_exactly_at_the_budget_is_not_truncated(eos_flow, tokenizer, stop_ids):
+    """core.truncation: a response that used the whole budget but ends with EOS finished on its own; one cut at the
+    budget is truncated. With the stop ids the mask decides from the tokens; without them it falls back to
+    OpenRLHF's own ``Experience.truncated`` (vLLM finish_reason "length"); both agree."""
+    from microcoder_ext.core.truncation import truncated_rows
+
+    batches = eos_flow.step()
+    before = copy.deepcopy(batches)
+    eos = tokenizer.eos_token_id
+    tokens = per_sample(batches, response_tokens)
+    assert [t.numel() for t in tokens][:2] == [MAX_NEW, MAX_NEW]  # both used the whole budget ...
+    assert [int(t[-1]) == eos for t in tokens][:2] == [True, False]  # ... one ended with EOS
+    assert per_sample(batches, lambda b, j: bool(b.truncated[j])) == [False, True, False, False]  # OpenRLHF's flag
+    assert truncated_rows(tokens, MAX_NEW, [eos]).tolist() == [False, True, False, False]  # the one definition
+
+    metrics = apply_truncation_mask(batches, MaskConfig(rho=1.0, m=M), step=0, max_response_length=MAX_NEW,
+                                    stop_token_ids=(eos,) if stop_ids == "eos" else ())
+    assert per_sample(batches, lambda b, j: b.info[MASKED_KEY][j].item()) == [0.0, 1.0, 0.0, 0.0]
+    assert metrics["microcoder/truncated_frac"] == pytest.approx(1 / 4)
+    assert metrics["microcoder/masked_frac"] == pytest.approx(1 / 4)
+    adv = per_sample(batches, lambda b, j: b.advantages[j][b.action_mask[j]])
+    ref = per_sample(before, lambda b, j: b.advantages[j][b.action_mask[j]])
+    assert torch.equal(adv[0], ref[0]) and ref[0].abs().min() > 0  # the EOS-at-budget row keeps its advantage
+    assert torch.all(adv[1] == 0) and ref[1].abs().min() > 0
+
+
+def test_the_trainer_hook_gets_the_models_stop_ids(eos_flow, tokenizer):
+    """The trainer's wrapper (budget --rollout.max_new_tokens, stop ids from the tokenizer / generation config) on
+    real experiences: the same decision."""
+    from types import SimpleNamespace
+
+    from microcoder_ext.openrlhf.trainer import install_truncation_mask, model_stop_token_ids
+
+    batches = eos_flow.step()
+    stop = model_stop_token_ids("no/such/model", tokenizer)
+    assert stop == (tokenizer.eos_token_id,)
+    maker = SimpleNamespace(compute_advantages_and_returns=lambda exps: exps)
+    hook = install_truncation_mask(maker, MaskConfig(rho=1.0, m=M), eos_flow.args, stop)
+    assert hook.max_response_length == MAX_NEW
+    maker.compute_advantages_and_returns(batches)
+    assert per_sample(batches, lambda b, j: b.info[MASKED_KEY][j].item()) == [0.0, 1.0, 0.0, 0.0]

@@ -104,3 +104,69 @@ def test_the_launcher_stops_on_an_unsupported_version(monkeypatch, capsys):
     monkeypatch.setattr(runpy, "run_module", lambda *a, **k: pytest.fail("runpy must not run"))
     assert launcher.main(["--mc.dry_run"]) == 1
     assert "found openrlhf==0.12.0" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------------------------------------ the CPU backend
+
+
+def test_cpu_backend_checks_pass_on_the_installed_openrlhf_and_deepspeed():
+    assert guard.problems(guard.CPU_BACKEND_CHECKS) == []
+    assert guard.check_cpu_backend() == "0.11.2"
+
+
+def test_a_changed_weight_sync_is_named_and_only_the_cpu_backend_refuses(monkeypatch):
+    from openrlhf.trainer.ray.ppo_actor import ActorPPOTrainer
+    from openrlhf.trainer.ray.vllm_worker_wrap import WorkerWrap
+
+    def broadcast_to_vllm(self):  # e.g. a release that sends all weights in one bucket
+        return None
+
+    def update_weight(self, name, dtype, shape, packed=False):
+        return None
+
+    monkeypatch.setattr(ActorPPOTrainer, "broadcast_to_vllm", broadcast_to_vllm)
+    monkeypatch.setattr(WorkerWrap, "update_weight", update_weight)
+    found = guard.problems(guard.CPU_BACKEND_CHECKS)
+    assert len(found) == 2
+    assert found[0].startswith("openrlhf.trainer.ray.vllm_worker_wrap.WorkerWrap.update_weight(self, name, dtype, "
+                               "shape, empty_cache): parameters ")
+    assert found[1].startswith("openrlhf.trainer.ray.ppo_actor.ActorPPOTrainer.broadcast_to_vllm sends each parameter "
+                               "with update_weight + broadcast from rank 0")
+    with pytest.raises(guard.OpenRLHFInternalsError) as info:
+        guard.check_cpu_backend()
+    assert "WorkerWrap.update_weight" in str(info.value) and "broadcast_to_vllm" in str(info.value)
+    assert guard.check_openrlhf() == "0.11.2"  # a GPU run does not depend on what the CPU backend mirrors
+
+
+def test_a_changed_torch_cuda_call_site_and_deepspeed_are_named(monkeypatch):
+    import openrlhf.utils.distributed_util as distributed_util
+
+    real = compat.installed_version
+
+    def barrier():
+        import torch
+
+        torch.distributed.barrier()
+        torch.cuda.current_stream().synchronize()
+
+    monkeypatch.setattr(distributed_util, "torch_dist_barrier_and_cuda_sync", barrier)
+    monkeypatch.setattr(compat, "installed_version", lambda dist: "0.20.0" if dist == "deepspeed" else real(dist))
+    with pytest.raises(guard.OpenRLHFInternalsError) as info:
+        guard.check_cpu_backend()
+    listed = [line for line in str(info.value).splitlines() if line.startswith("  - ")]
+    assert any("torch_dist_barrier_and_cuda_sync calls torch.cuda.synchronize" in line for line in listed)
+    assert any("deepspeed 0.20.0 (the CPU backend is tested with deepspeed==0.19.6" in line for line in listed)
+
+
+def test_the_smoke_plan_stops_on_the_cpu_guard(monkeypatch, tmp_path):
+    from openrlhf.trainer.ray.vllm_worker_wrap import WorkerWrap
+
+    from microcoder_ext.openrlhf import smoke
+    from microcoder_ext.smoke import model as smoke_model
+    from microcoder_ext.smoke.runner import SmokeOptions
+
+    monkeypatch.setattr(WorkerWrap, "init_process_group", lambda self, address, port: None)
+    monkeypatch.setattr(smoke_model, "prepare_model", lambda *a, **k: pytest.fail("no model before the guard"))
+    with pytest.raises(guard.OpenRLHFInternalsError, match="WorkerWrap.init_process_group"):
+        smoke.plan(["--mc.preset", "microcoder", "--rollout.n_samples_per_prompt", "4", "--vllm.num_engines", "1"],
+                   SmokeOptions(), tmp_path)

@@ -104,3 +104,10 @@ def test_checksum_is_order_free_and_exact():
 def test_invalid_sampling_settings(bad):
     with pytest.raises(ValueError):
         SamplingSettings(**bad)
+
+
+def test_engines_of_one_run_do_not_repeat_each_other(tiny_model_dir, prompt):
+    p = SamplingSettings(max_tokens=16, temperature=1.5)
+    r0 = [CpuEngine(tiny_model_dir.path, seed=1, stream=0).generate(prompt, p).token_ids]
+    r1 = [CpuEngine(tiny_model_dir.path, seed=1, stream=1).generate(prompt, p).token_ids]
+    assert r0 != r1  # replica 1's first sample of a prompt is not replica 0's

@@ -144,3 +144,29 @@ def test_table_summary_and_json(tmp_path):
     assert data["steps"][0]["framework"]["pg_loss"] is None and data["substitutions"][0]["smoke"] == "hf_cpu"
     failed = _report(ok=False)
     assert "FAILED" in summary(failed) and "error: boom" in summary(failed)
+
+
+def test_error_excerpt_names_the_workers_root_cause_and_the_entry_points_error(tmp_path):
+    from microcoder_ext.smoke.runner import error_excerpt
+
+    log = tmp_path / "log"
+    log.write_text("\n".join([
+        "some output",
+        "\x1b[36m(AgentLoopWorker pid=12)\x1b[0m Traceback (most recent call last):",
+        "\x1b[36m(AgentLoopWorker pid=12)\x1b[0m   File \"r.py\", line 2, in compute_score",
+        "\x1b[36m(AgentLoopWorker pid=12)\x1b[0m ray.exceptions.RayTaskError(RuntimeError): ray::Reward.f() (pid=9)",
+        "\x1b[36m(AgentLoopWorker pid=12)\x1b[0m   File \"r.py\", line 3, in f",
+        "\x1b[36m(AgentLoopWorker pid=12)\x1b[0m RuntimeError: reward exploded",
+        "(AgentLoopWorker pid=12) Traceback (most recent call last):",
+        "(AgentLoopWorker pid=12) RuntimeError: reward exploded",
+        "Traceback (most recent call last):",
+        '  File "main.py", line 1, in <module>',
+        "    run()",
+        "ValueError: the trainer gave up",
+    ]) + "\n")
+    text = error_excerpt(log)
+    assert text.count("reward exploded") == 1 and "(AgentLoopWorker) RuntimeError: reward exploded" in text
+    assert text.rstrip().endswith("ValueError: the trainer gave up") and "\x1b" not in text
+    plain = tmp_path / "plain"
+    plain.write_text("starting\nCUDA Error: no device\nbye\n")
+    assert error_excerpt(plain) == "CUDA Error: no device"

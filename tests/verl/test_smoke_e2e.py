@@ -248,3 +248,16 @@ def test_reference_model_kl_on_two_fsdp_ranks(baseline2):
     for e in events(work, "weights_loaded"):
         assert sent[e["version"]] == {e["checksum"]}  # both replicas got the same (full) weights
     assert sampler_temperatures(work, 1) == {1.2}
+
+
+def test_a_failing_step_exits_1_with_verls_own_error(tmp_path):
+    reward = tmp_path / "broken_reward.py"
+    reward.write_text("def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kw):\n"
+                      "    raise RuntimeError('reward exploded on purpose')\n")
+    proc = smoke(tmp_path / "work", GRPO[:-2] + [f"reward.custom_reward_function.path={reward}",
+                                                  "trainer.save_freq=-1"], "--steps", "1")
+    assert proc.returncode == 1, proc.stdout[-3000:]
+    assert "reward exploded on purpose" in proc.stdout + proc.stderr
+    assert "FAILED" in proc.stderr
+    report = json.loads((tmp_path / "work" / "report.json").read_text())
+    assert not report["ok"] and report["exit_code"] == 1 and "reward exploded on purpose" in report["error"]

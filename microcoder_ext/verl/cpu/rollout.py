@@ -60,7 +60,8 @@ class HFServer:
         self.config = config
         self.replica_rank = int(replica_rank)
         self.name = server_name(self.replica_rank)
-        self.engine = CpuEngine(_model_path(model_config), dtype="float32", seed=int(_get(config, "seed", 0)))
+        self.engine = CpuEngine(_model_path(model_config), dtype="float32", seed=int(_get(config, "seed", 0)),
+                                stream=self.replica_rank)
         self.global_steps = None
         evidence.record("engine_loaded", engine=self.name, checksum=self.engine.checksum(), dtype="float32")
 

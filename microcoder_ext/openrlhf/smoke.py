@@ -1,0 +1,636 @@
+"""``microcoder smoke openrlhf <flags>``: a few real OpenRLHF 0.11.2 training steps of the user's own launch on the
+local CPU (:mod:`microcoder_ext.smoke`).
+
+The launch is what you would run on GPUs: ``train_ppo_ray`` flags, with or without ``--mc.*`` flags. With any
+``--mc.*`` flag it runs our launcher (``python -m microcoder_ext.openrlhf.train``), else OpenRLHF's own
+``openrlhf.cli.train_ppo_ray``; either way in a child process, ``python -m microcoder_ext.openrlhf.cpu.run``, which
+starts Ray with the CPU backend (:mod:`microcoder_ext.openrlhf.cpu`) and hands over to the entry point.
+
+:func:`plan` parses the launch with OpenRLHF's own argparse and validation (the launcher's ``--mc.dry_run`` path,
+import placeholders for vLLM/flash-attn where they are missing), builds the tiny model and the data, and rewrites
+only what cannot run on a CPU or would take too long there, each rewrite a
+:class:`~microcoder_ext.smoke.report.Substitution`: model and data paths (the first rows of the launch's local
+files, else the bundled problems), batch sizes (the same number of updates per step; one micro-batch per update),
+the response budget and context, the GPU counts (Ray logical GPUs), tensor/sequence parallelism, flash-attention
+and packing (-> sdpa, unpacked), the weight-sync backend (-> gloo), wandb (off), the TensorBoard / checkpoint /
+output dirs (-> the work dir), the number of steps (OpenRLHF has no step limit: ``--data.max_samples`` = steps x
+prompts, one episode), checkpoint and eval intervals longer than the run (-> its last step) and a staged temperature
+schedule (compressed into the run). Every other flag is the user's.
+
+:func:`run` runs the child and reads back per step what OpenRLHF logged in its TensorBoard event files (its
+``train/*`` scalars: timings, policy loss, KL, ``vllm_kl``, ``microcoder/*``, the reward's ``mc_verdict_*`` rates) and
+what the stand-ins saw (evidence): the temperatures the engine sampled at, whether the update changed the weights
+and whether the engine holds exactly the tensors the trainer broadcast, and at the end whether the model OpenRLHF
+saved (``--ckpt.output_dir``) is the one the engine serves.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import math
+import re
+import runpy
+import sys
+import time
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from microcoder_ext.smoke import evidence
+from microcoder_ext.smoke.report import SmokeReport, StepRecord, Substitution
+from microcoder_ext.smoke.runner import EXIT_FAILED, EXIT_OK, SmokeOptions, SmokeUsageError
+
+TRAIN_MODULE = "openrlhf.cli.train_ppo_ray"
+#: smoke time column -> OpenRLHF's ``train/timing/*`` scalar (``reward``: the code reward runs inside generation,
+#: in the rollout actors; its time is the sum of the reward calls' evidence)
+TIMES = {"generation": "train/timing/generation", "old_log_prob": "train/timing/make_experience",
+         "update": "train/timing/ppo_train", "weight_sync": "train/timing/broadcast"}
+FRAMEWORK_METRICS = {"pg_loss": "train/policy_loss", "kl": "train/kl", "grad_norm": "train/actor_grad_norm",
+                     "reward_mean": "train/rollout/reward_mean", "truncated_frac": "train/rollout/truncated_rate",
+                     "response_length_mean": "train/rollout/response_length_mean", "vllm_kl": "train/vllm_kl",
+                     "ppo_kl": "train/ppo_kl", "clip_ratio": "train/ppo_clip_ratio",
+                     "masked_rate": "train/mc_trunc_masked", "lr": "train/actor_lr",
+                     "step_s": "train/timing/step_total", "samples": "train/rollout/num_samples"}
+VERDICT_PREFIX = "train/mc_verdict_"
+STEP_LINE = re.compile(r"Global step (\d+):")
+_LOOKUP = object()  # Substitution.launch: the launch's parsed value
+
+
+# ------------------------------------------------------------------------------------------------ the plan
+
+
+@dataclass
+class OpenRLHFSmokePlan:
+    entry: str  #: "train_ppo_ray" (OpenRLHF's own CLI) or "launcher" (python -m microcoder_ext.openrlhf.train)
+    flags: list[str]  #: what the entry point is given
+    env: dict
+    work: Path
+    substitutions: list[Substitution]
+    model: dict
+    data: dict
+    samples_per_step: int  #: training responses per step (prompts x n)
+    steps: int
+    gpus: int  #: Ray logical GPUs
+    cpus: int
+    tensorboard_dir: Path
+    output_dir: Path
+    ckpt_path: Path
+    logprob_temperature: float | None  #: the actors' constant log-prob temperature (None: set by the controller)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def command(self) -> list[str]:
+        return [sys.executable, "-m", "microcoder_ext.openrlhf.cpu.run", "--gpus", str(self.gpus), "--cpus",
+                str(self.cpus), self.entry, *self.flags]
+
+
+def _is_option(token: str) -> bool:
+    return token.startswith("--")
+
+
+def _option_name(token: str) -> str:
+    return token.split("=", 1)[0]
+
+
+class _Flags:
+    """The launch's tokens, edited: :meth:`set` drops every occurrence of an option (and its values: the tokens up
+    to the next ``--option``) and appends the new value; every change is a :class:`Substitution`."""
+
+    def __init__(self, tokens: Sequence[str], args: Any):
+        self.tokens = list(tokens)
+        self.args = args
+        self.extra: list[str] = []
+        self.subs: list[Substitution] = []
+
+    def get(self, dest: str, default: Any = None) -> Any:
+        from microcoder_ext.openrlhf.presets import lookup
+
+        try:
+            value = lookup(self.args, dest)
+        except AttributeError:
+            return default
+        return default if value is None else value
+
+    def given(self, option: str) -> bool:
+        return any(_option_name(t) == option for t in self.tokens + self.extra)
+
+    def drop(self, option: str) -> None:
+        out, skipping = [], False
+        for token in self.tokens:
+            if _is_option(token):
+                skipping = _option_name(token) == option and "=" not in token
+                if _option_name(token) == option:
+                    continue
+            elif skipping:
+                continue
+            out.append(token)
+        self.tokens = out
+        i = 0
+        while i < len(self.extra):
+            if self.extra[i] == option:
+                j = i + 1
+                while j < len(self.extra) and not _is_option(self.extra[j]):
+                    j += 1
+                del self.extra[i:j]
+            else:
+                i += 1
+
+    def set(self, option: str, value: Any, what: str | None = None, why: str = "", *, show: str | None = None,
+            quiet: bool = False, old: Any = _LOOKUP) -> None:
+        """``--option value`` (``value`` True: a bare switch; False/None: the switch removed); ``old``: what the
+        substitution shows as the launch's value (default: the parsed one)."""
+        before = self.get(option[2:]) if old is _LOOKUP else old
+        self.drop(option)
+        if value is True:
+            self.extra.append(option)
+        elif value is not None and value is not False:
+            self.extra += [option, *(_text(v) for v in (value if isinstance(value, (list, tuple)) else [value]))]
+        if not quiet and _show(before) != _show(value):
+            self.subs.append(Substitution(what or option, _show(before),
+                                          show if show is not None else _show(value), why))
+
+    def final(self) -> list[str]:
+        return self.tokens + self.extra
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, float):
+        return repr(value)
+    return str(value)
+
+
+def _show(value: Any) -> str:
+    if value is None or value is False:
+        return "unset"
+    if value is True:
+        return "on"
+    if isinstance(value, (list, tuple)):
+        return " ".join(map(str, value)) if len(value) <= 3 else f"{value[0]}, ... ({len(value)})"
+    return str(value)
+
+
+class _Parsed(Exception):
+    pass
+
+
+def _quiet():
+    out, err = io.StringIO(), io.StringIO()
+    return out, err, contextlib.redirect_stdout(out), contextlib.redirect_stderr(err)
+
+
+def parse_launch(launch: Sequence[str]) -> tuple[str, Any, Any]:
+    """``(entry, args, mc)``: OpenRLHF's nested args for the launch after its own argparse and validation (and,
+    with ``--mc.*`` flags, the launcher's preset checks), stopped where ``train()`` starts; ``mc`` is the parsed
+    ``--mc.*`` options (None for ``train_ppo_ray``). Raises :class:`SmokeUsageError` with OpenRLHF's message."""
+    from microcoder_ext.openrlhf import dry_run_imports
+
+    dry_run_imports.install()  # only for packages that are missing here (vllm, flash_attn on a CPU machine)
+    launch = list(launch)
+    if any(_option_name(t) in ("-h", "--help") for t in launch):
+        raise SmokeUsageError("--help: see `python -m microcoder_ext.openrlhf.train --help`")
+    if any(t.startswith("--mc.") for t in launch):
+        if "--mc.dry_run" in launch:
+            raise SmokeUsageError("drop --mc.dry_run: a smoke run trains")
+        from microcoder_ext.openrlhf import launcher
+        from microcoder_ext.openrlhf import options as mc_options
+
+        out, err, o, e = _quiet()
+        with o, e:
+            result = launcher.launch(launch + ["--mc.dry_run"])
+        if result.code != 0:
+            raise SmokeUsageError(f"the launch does not pass the launcher's dry run (exit {result.code}):\n"
+                                  + (err.getvalue().strip() or out.getvalue().strip()))
+        mc, _ = mc_options.parse(launch)
+        return "launcher", result.args, mc
+    return "train_ppo_ray", _parse_plain(launch), None
+
+
+def _parse_plain(launch: list[str]) -> Any:
+    """train_ppo_ray's own argparse + validation (runpy, stopped at train()'s first ``ray.is_initialized()``)."""
+    import openrlhf.utils.config as openrlhf_config
+    import ray
+
+    captured: dict = {}
+    original_hierarchize, original_is_initialized = openrlhf_config.hierarchize, ray.is_initialized
+
+    def hierarchize(namespace):
+        captured["args"] = original_hierarchize(namespace)
+        return captured["args"]
+
+    def is_initialized():
+        raise _Parsed
+
+    out, err, o, e = _quiet()
+    saved = sys.argv
+    sys.argv = ["train_ppo_ray", *launch]
+    openrlhf_config.hierarchize, ray.is_initialized = hierarchize, is_initialized
+    try:
+        with o, e, warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*found in sys.modules.*", category=RuntimeWarning)
+            runpy.run_module(TRAIN_MODULE, run_name="__main__", alter_sys=True)
+    except _Parsed:
+        return captured["args"]
+    except SystemExit as exc:
+        raise SmokeUsageError(f"train_ppo_ray rejected the arguments (exit {exc.code}):\n"
+                              + err.getvalue().strip()) from None
+    except AssertionError as exc:
+        raise SmokeUsageError(f"OpenRLHF rejected the arguments: {exc or 'assertion failed'}") from None
+    except Exception as exc:  # its validation dereferencing a missing value, as the launcher's dry run reports it
+        raise SmokeUsageError(f"OpenRLHF failed while checking the arguments: {type(exc).__name__}: {exc}") from None
+    finally:
+        sys.argv = saved
+        openrlhf_config.hierarchize, ray.is_initialized = original_hierarchize, original_is_initialized
+    raise SmokeUsageError("train_ppo_ray did not reach train()")
+
+
+def compress_stages(stages: Sequence[Sequence[Any]], steps: int) -> list[list[Any]]:
+    """A staged schedule spread over ``steps`` smoke steps; OpenRLHF's controller counts steps from 0: stage ``k``
+    of ``m`` starts at ``k * steps // m`` (at step ``k`` when there are more stages than steps); stages that do not
+    fit are dropped."""
+    m = len(stages)
+    out: list[list[Any]] = []
+    for k, (_, temperature) in enumerate(stages):
+        start = (k * steps) // m if m <= steps else k
+        if start >= steps:
+            break
+        out.append([start, float(temperature)])
+    return out
+
+
+def _datasets(value: str | None) -> list[str]:
+    """OpenRLHF's comma-separated dataset list, without ``@data_dir`` suffixes."""
+    return [d.split("@")[0].strip() for d in str(value).split(",")] if value else []
+
+
+def plan(launch: Sequence[str], opts: SmokeOptions, work: Path) -> OpenRLHFSmokePlan:
+    """Everything :func:`run` will launch (raises :class:`SmokeUsageError` for a launch that OpenRLHF rejects)."""
+    from microcoder_ext.openrlhf import guard
+    from microcoder_ext.smoke.data import local_file, openrlhf_data
+    from microcoder_ext.smoke.model import prepare_model
+    from microcoder_ext.smoke.runner import base_env
+
+    entry, args, mc = parse_launch(launch)
+    guard.check_cpu_backend()  # a changed OpenRLHF stops here, naming every internal (exit 1)
+    f = _Flags(launch, args)
+    notes: list[str] = []
+    steps = opts.steps
+    remote = f.get("reward.remote_url")
+    remote = [remote] if isinstance(remote, str) else list(remote or [])
+    if not remote and not f.get("train.agent_func_path"):
+        raise SmokeUsageError("the launch has no rule-based reward (--reward.remote_url <file>.py or "
+                              "--train.agent_func_path): a smoke run cannot shrink a reward model")
+    for url in remote:
+        if url != "agent" and local_file(url) is None:
+            raise SmokeUsageError(f"--reward.remote_url {url}: not a readable local reward_func file (a smoke run "
+                                  "cannot reach a reward server)")
+
+    # data: the first rows of the launch's local files, else the bundled problems
+    prompts_per_step = min(int(f.get("rollout.batch_size", 1024)), opts.prompts)
+    rows = max(opts.rows, steps * prompts_per_step)
+    train = openrlhf_data(_datasets(f.get("data.prompt_dataset")), work / "data" / "train.jsonl", rows, "train")
+    if train.rows < steps * prompts_per_step:
+        raise SmokeUsageError(f"{train.source}: {train.rows} rows, fewer than {steps} steps x {prompts_per_step} "
+                              "prompts (--steps / --prompts)")
+    f.set("--data.prompt_dataset", train.path, "train data", train.source, show=train.path)
+    for opt in ("--data.prompt_probs",):
+        if f.get(opt[2:]) is not None:
+            f.set(opt, None, opt, "one data file")
+    f.set("--data.prompt_split", "train", quiet=True)
+    val = None
+    if f.get("eval.dataset"):
+        val = openrlhf_data(_datasets(f.get("eval.dataset")), work / "data" / "eval.jsonl", max(1, opts.rows // 4),
+                            "test")
+        f.set("--eval.dataset", val.path, "eval data", val.source, show=val.path)
+        f.set("--eval.split", "train", quiet=True)
+    input_key, label_key = f.get("data.input_key", "input"), f.get("data.label_key")
+    if train.bundled or (val is not None and val.bundled):
+        if not (train.bundled and (val is None or val.bundled)):
+            raise SmokeUsageError("one of --data.prompt_dataset / --eval.dataset is a local file and the other is "
+                                  "not: give both as local files, or neither")
+        f.set("--data.input_key", "prompt", "input key", "bundled problems: chat messages")
+        f.set("--data.label_key", "label", "label key", "bundled problems: the tests as JSON")
+        f.set("--data.apply_chat_template", True, "chat template", "bundled problems are chat messages")
+        if f.get("data.input_template"):
+            f.set("--data.input_template", None, "input template", "bundled problems use the chat template")
+    else:
+        first = json.loads(Path(train.path).read_text(encoding="utf-8").splitlines()[0])
+        missing = [k for k in (input_key, label_key) if k and k not in first]
+        if missing:
+            raise SmokeUsageError(f"{train.source}: the rows have no key(s) {missing} (--data.input_key / "
+                                  "--data.label_key)")
+
+    # model
+    tiny = prepare_model(f.get("actor.model_name_or_path"), warm_steps=opts.warm_start)
+    f.set("--actor.model_name_or_path", tiny.path, "model",
+          f"{tiny.architecture}, {tiny.parameters / 1e6:.2f} M parameters, {tiny.config_source}; tokenizer: "
+          f"{tiny.tokenizer_source}" + (f"; warm start {tiny.warm_start_steps} steps" if tiny.warm_start_steps else ""))
+    if f.get("critic.model_name_or_path"):
+        f.set("--critic.model_name_or_path", tiny.path, "critic model", "the tiny model (value head added by OpenRLHF)")
+
+    # batch: fewer prompts per step and samples per prompt, the same number of updates per step
+    batch = int(f.get("rollout.batch_size", 1024))
+    n = int(f.get("rollout.n_samples_per_prompt", 1))
+    samples_n = min(n, opts.max_samples)
+    train_batch = int(f.get("train.batch_size", 128))
+    updates = max(1, min(prompts_per_step, (batch * n) // max(train_batch, 1)))  # each >= one group's samples
+    gpus = opts.gpus
+    samples = prompts_per_step * samples_n
+    if samples % updates or (samples // updates) % gpus:
+        raise SmokeUsageError(f"{prompts_per_step} prompts x {samples_n} samples do not split into {updates} "
+                              f"update(s) over --gpus {gpus}: change --prompts / --max-samples / --gpus")
+    per_update = samples // updates
+    f.set("--rollout.batch_size", prompts_per_step, "prompts per step", "CPU time")
+    f.set("--rollout.n_samples_per_prompt", samples_n, "samples per prompt", "CPU time")
+    f.set("--train.batch_size", per_update, "train batch (samples)", f"{updates} update(s) per step, as the launch")
+    f.set("--train.micro_batch_size", per_update // gpus, "train micro-batch", "one micro-batch per update and rank")
+    f.set("--rollout.micro_batch_size", max(1, samples // gpus), quiet=True)
+    vgb = f.get("rollout.vllm_generate_batch_size")
+    if vgb is not None and int(vgb) > prompts_per_step:
+        f.set("--rollout.vllm_generate_batch_size", prompts_per_step, quiet=True)
+    if f.get("eval.dataset") and int(f.get("eval.n_samples_per_prompt", 1)) > opts.max_samples:
+        f.set("--eval.n_samples_per_prompt", opts.max_samples, "eval samples per prompt", "CPU time")
+
+    # lengths: a short response budget; the context covers a prompt of up to 1024 tokens + the budget
+    new = f.get("rollout.max_new_tokens")
+    budget = min(int(new), opts.response_length) if new else opts.response_length
+    f.set("--rollout.max_new_tokens", budget, "response budget (tokens)", "CPU time",
+          old=new if new else "unset (max_len - prompt)")
+    max_len = int(f.get("data.max_len", 2048))
+    if max_len > 1024 + budget:
+        f.set("--data.max_len", 1024 + budget, "context (prompt + response)", "prompts up to 1024 tokens")
+
+    # GPUs, parallelism, GPU-only features
+    f.set("--actor.num_nodes", 1, "nodes", "one machine")
+    f.set("--actor.num_gpus_per_node", gpus, "actor GPUs", "Ray logical GPUs (DeepSpeed ranks over gloo)")
+    has_ref = float(f.get("algo.kl.init_coef", 0.01)) > 0
+    ray_gpus = gpus
+    colocate = bool(f.get("train.colocate_all")) or bool(f.get("train.colocate_actor_ref"))
+    if has_ref:
+        f.set("--ref.num_nodes", 1, quiet=True)
+        f.set("--ref.num_gpus_per_node", gpus, "reference GPUs", "Ray logical GPUs")
+        ray_gpus += 0 if colocate else gpus
+    if f.get("critic.model_name_or_path"):
+        f.set("--critic.num_nodes", 1, quiet=True)
+        f.set("--critic.num_gpus_per_node", gpus, "critic GPUs", "Ray logical GPUs")
+        ray_gpus += gpus
+    engines = f.get("vllm.num_engines")
+    if engines:
+        want = gpus if f.get("train.colocate_all") else min(int(engines), gpus)
+        f.set("--vllm.num_engines", want, "vLLM engines", "one CPU engine per logical GPU")
+        ray_gpus += 0 if f.get("train.colocate_all") else want
+    else:
+        notes.append("--vllm.num_engines is unset/0: OpenRLHF 0.11.2 has no generation path without vLLM engines "
+                     "and fails the same way on GPUs")
+    for opt, one, why in (("--vllm.tensor_parallel_size", 1, "one CPU engine per process"),
+                          ("--ds.tensor_parallel_size", 1, "DeepSpeed AutoTP needs GPUs"),
+                          ("--ds.ring_attn_size", 1, "ring attention needs flash-attention")):
+        if int(f.get(opt[2:], 1)) != 1:
+            f.set(opt, one, opt, why)
+    f.set("--vllm.sync_backend", "gloo", "weight-sync backend", "NCCL / CUDA IPC need GPUs")
+    for opt, why in (("--vllm.sync_with_ray", "ray.util.collective needs NCCL"),
+                     ("--ds.packing_samples", "packing calls flash-attention's CUDA kernels"),
+                     ("--train.dynamic_batch_enable", "forces packing (flash-attention)"),
+                     ("--ds.adam_offload", "DeepSpeedCPUAdam's op is not prebuilt; FusedAdam runs on the CPU"),
+                     ("--ds.load_in_4bit", "bitsandbytes needs a GPU"),
+                     ("--ds.use_liger_kernel", "Triton kernels need a GPU"),
+                     ("--ds.deepcompile", "compile time"),
+                     ("--use_ms", "ModelScope hub: offline")):
+        if f.get(opt[2:]) or f.given(opt):
+            f.set(opt, None, opt, why, old=True)
+    attn = f.get("ds.attn_implementation", "flash_attention_2")
+    f.set("--ds.attn_implementation", "sdpa", "attention", "flash-attention needs a GPU", old=attn)
+    if f.get("ds.param_dtype", "bf16") != "bf16":
+        f.set("--ds.param_dtype", "bf16", "training dtype", "OpenRLHF gives vLLM bfloat16; the engine runs it")
+    f.subs.append(Substitution("collectives", "NCCL", "gloo", "no GPU"))
+    f.subs.append(Substitution("vLLM", "vllm (GPU)", "CPU stand-in (HF model, bf16)",
+                               "microcoder_ext.openrlhf.cpu.vllm_standin behind OpenRLHF's own RolloutRayActor"))
+
+    # steps, logs, checkpoints
+    f.set("--data.max_samples", steps * prompts_per_step, "training steps",
+          f"{steps} steps x {prompts_per_step} prompts (OpenRLHF has no step limit)",
+          old=f"{f.get('data.max_samples')} samples")
+    f.set("--train.num_episodes", 1, quiet=int(f.get("train.num_episodes", 1)) == 1)
+    tb = work / "tensorboard"
+    f.set("--logger.tensorboard_dir", str(tb), "TensorBoard dir", "what the report reads", show=str(tb))
+    f.set("--logger.logging_steps", 1, quiet=int(f.get("logger.logging_steps", 1)) == 1)
+    if f.get("logger.wandb.key"):
+        f.set("--logger.wandb.key", None, "wandb", "no network", old="on")
+    ckpt = work / "ckpt"
+    user_ckpt = f.get("ckpt.path")
+    if f.get("ckpt.load_enable") and user_ckpt and (Path(str(user_ckpt)) / "_actor").is_dir():
+        ckpt = Path(str(user_ckpt))
+        notes.append(f"resuming from {ckpt} (--ckpt.load_enable); new checkpoints are written there too")
+    else:
+        if f.get("ckpt.load_enable"):
+            notes.append(f"--ckpt.load_enable: no local OpenRLHF checkpoint at {user_ckpt}; the run starts at step 1")
+        f.set("--ckpt.path", str(ckpt), "checkpoint dir", "", show=str(ckpt))
+    out_dir = work / "final"
+    f.set("--ckpt.output_dir", str(out_dir), "final model dir", "", show=str(out_dir))
+    save = int(f.get("ckpt.save_steps", -1))
+    if save > steps:
+        f.set("--ckpt.save_steps", steps, "checkpoint interval", "one checkpoint, at the last step")
+    ev = int(f.get("eval.steps", -1))
+    if f.get("eval.dataset") and ev > steps:
+        f.set("--eval.steps", steps, "eval interval", "one evaluation, at the last step")
+
+    # the temperature controller: a staged schedule must switch inside the smoke's steps
+    temperature = None
+    if mc is not None and mc.preset.temperature_control:
+        tcfg = mc.config.temperature
+        if tcfg.mode == "staged" and tcfg.stages and tcfg.stages[-1][0] >= steps:
+            short = compress_stages(tcfg.stages, steps)
+            f.set("--mc.temperature.stages", json.dumps(short), "temperature stages",
+                  "compressed so that every switch happens within the smoke's steps",
+                  old=json.dumps([list(s) for s in tcfg.stages]))
+            f.set("--mc.temperature.min_stage_steps", 1, quiet=True)
+        elif tcfg.mode == "auto":
+            notes.append(f"auto temperature: the controller runs, but a change needs min_interval steps "
+                         f"({tcfg.min_interval}), more than a smoke run has")
+    else:
+        temperature = float(f.get("rollout.temperature", 1.0))
+
+    from microcoder_ext.openrlhf.cpu import ops_dir
+
+    extra = dict(opts.extra_env)
+    if ops_dir().is_dir():
+        extra.setdefault("TORCH_EXTENSIONS_DIR", str(ops_dir()))
+    else:
+        notes.append(f"no prebuilt DeepSpeed CPU ops in {ops_dir()} (compat/venv.sh builds them): DeepSpeed "
+                     "JIT-compiles them on the first run (~10 min on 2 cores)")
+    env = base_env(work, extra)
+    return OpenRLHFSmokePlan(entry=entry, flags=f.final(), env=env, work=work, substitutions=f.subs,
+                             model=tiny.to_dict(), data={"train": vars(train), "eval": vars(val) if val else None},
+                             samples_per_step=samples, steps=steps, gpus=ray_gpus, cpus=max(8, 2 * ray_gpus + 4),
+                             tensorboard_dir=tb, output_dir=out_dir, ckpt_path=ckpt, logprob_temperature=temperature,
+                             notes=notes)
+
+
+# ------------------------------------------------------------------------------------------------ results
+
+
+def read_tensorboard(root: Path) -> dict[int, dict[str, float]]:
+    """Every scalar OpenRLHF wrote under ``root`` (its ``--logger.tensorboard_dir``): step -> tag -> value."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    out: dict[int, dict[str, float]] = {}
+    runs = sorted({p.parent for p in Path(root).rglob("events.out.tfevents.*")})
+    for run in runs:
+        acc = EventAccumulator(str(run), size_guidance={"scalars": 0})
+        acc.Reload()
+        for tag in acc.Tags().get("scalars", []):
+            for e in acc.Scalars(tag):
+                out.setdefault(int(e.step), {})[tag] = float(e.value)
+    return out
+
+
+def training_steps(scalars: dict[int, dict[str, float]]) -> list[int]:
+    """The steps OpenRLHF logged a PPO update for (eval-only steps have no ``train/policy_loss``)."""
+    return sorted(s for s, m in scalars.items() if "train/policy_loss" in m)
+
+
+def _float(value: Any) -> float | None:
+    try:
+        f = float(value)
+    except (TypeError, ValueError):
+        return None
+    return f if math.isfinite(f) else None
+
+
+def step_generations(events: list[dict], steps: list[int], samples_per_step: int) -> dict[int, list[dict]]:
+    """Each logged step's ``generate`` events: an engine's ``version`` counts its syncs, one after every step (and
+    one before the first step of a resumed run), so step ``steps[i]`` was sampled at version ``i + offset``;
+    evaluation requests at a version come before the next step's, so a step's are the last ``samples_per_step``."""
+    syncs: dict[str, int] = {}
+    for e in events:
+        if e.get("event") == "weights_loaded":
+            syncs[e["engine"]] = max(syncs.get(e["engine"], 0), int(e["version"]))
+    offset = max(0, max(syncs.values(), default=len(steps)) - len(steps))
+    out = {}
+    for i, step in enumerate(steps):
+        gens = sorted((e for e in events if e.get("event") == "generate" and e.get("version") == i + offset),
+                      key=lambda e: e["t"])
+        out[step] = gens[-samples_per_step:]
+    return out
+
+
+def step_syncs(events: list[dict], steps: list[int]) -> dict[int, list[dict]]:
+    """Each logged step's ``weights_loaded`` events (one per engine): the sync right after the step's update."""
+    loaded: dict[int, list[dict]] = {}
+    for e in events:
+        if e.get("event") == "weights_loaded":
+            loaded.setdefault(int(e["version"]), []).append(e)
+    top = max(loaded, default=0)
+    first = top - len(steps) + 1  # the last len(steps) syncs follow the steps
+    return {step: loaded.get(first + i, []) for i, step in enumerate(steps)}
+
+
+def engine_holds_broadcast(sync: dict, broadcasts: dict[int, str]) -> bool:
+    """Every tensor of a sync, as the engine holds it after loading, equals what the trainer broadcast."""
+    first = int(sync.get("first", -1))
+    held = list(sync.get("held") or [])
+    return bool(held) and all(broadcasts.get(first + i) == c for i, c in enumerate(held))
+
+
+def saved_model_checksum(output_dir: Path, names: Sequence[str]) -> str | None:
+    """Checksum of the model OpenRLHF saved (``--ckpt.output_dir``) over ``names`` (None if it is not there)."""
+    from microcoder_ext.smoke.engine import weights_checksum
+
+    files = sorted(Path(output_dir).glob("*.safetensors"))
+    if not files:
+        return None
+    from safetensors.torch import load_file
+
+    tensors: dict = {}
+    for file in files:
+        tensors.update(load_file(str(file)))
+    if any(n not in tensors for n in names):
+        return None
+    return weights_checksum((n, tensors[n]) for n in names)
+
+
+def build_steps(scalars: dict[int, dict[str, float]], events: list[dict], samples_per_step: int,
+                constant_temperature: float | None) -> list[StepRecord]:
+    """One :class:`StepRecord` per logged training step, from OpenRLHF's TensorBoard scalars and the evidence."""
+    steps = training_steps(scalars)
+    gens = step_generations(events, steps, samples_per_step)
+    syncs = step_syncs(events, steps)
+    sent: dict[int, str] = {}
+    for e in events:
+        if e.get("event") == "weight_broadcast":
+            sent[int(e["seq"])] = e["checksum"]
+    rewards = [e for e in events if e.get("event") == "reward"]
+    out = []
+    for step in steps:
+        m = scalars[step]
+        rec = StepRecord(step=step)
+        rec.times = {col: _float(m.get(TIMES[col])) if col in TIMES else None
+                     for col in ("generation", "reward", "old_log_prob", "update", "weight_sync")}
+        g = gens.get(step, [])
+        rec.sampler_temperature = sorted({float(e["temperature"]) for e in g})
+        loaded = syncs.get(step, [])
+        if g:  # the step's reward calls (summed; they overlap): from its first response to its weight sync
+            lo, hi = g[0]["t"], min((e["t"] for e in loaded), default=float("inf"))
+            rec.times["reward"] = round(sum(float(e.get("seconds", 0)) for e in rewards if lo <= e["t"] < hi), 3)
+        rec.microcoder = {k[len("train/"):]: v for k, v in m.items() if k.startswith("train/microcoder/")}
+        rec.framework = {name: _float(m.get(tag)) for name, tag in FRAMEWORK_METRICS.items() if tag in m}
+        rec.responses = int(m.get("train/rollout/num_samples", samples_per_step))
+        rec.verdicts = {k[len(VERDICT_PREFIX):]: round(v * rec.responses) for k, v in m.items()
+                        if k.startswith(VERDICT_PREFIX) and v}
+        lp = m.get("train/microcoder/temperature", constant_temperature)
+        rec.logprob_temperature = _float(lp)
+        if "train/vllm_kl" in m:
+            rec.logprob_check = {"metric": "vllm_kl", "value": _float(m["train/vllm_kl"])}
+        if loaded:
+            rec.weights_changed = all(bool(e.get("changed")) for e in loaded)
+            rec.engine_synced = all(engine_holds_broadcast(e, sent) for e in loaded)
+        out.append(rec)
+    return out
+
+
+def run(p: OpenRLHFSmokePlan, opts: SmokeOptions, progress: Callable[[str], None] | None = None) -> SmokeReport:
+    """Run the plan's child process; the report (``ok`` only if every requested step was logged)."""
+    import shutil
+
+    from microcoder_ext.smoke.runner import error_excerpt, run_logged
+
+    (p.work / "evidence.jsonl").unlink(missing_ok=True)
+    shutil.rmtree(p.tensorboard_dir, ignore_errors=True)
+    shutil.rmtree(p.output_dir, ignore_errors=True)
+    log = p.work / "train_ppo_ray.log"
+    t0 = time.monotonic()
+    seen: set[int] = set()
+
+    def on_line(line: str) -> None:
+        hit = STEP_LINE.search(line)
+        if hit and progress is not None and int(hit.group(1)) not in seen:
+            seen.add(int(hit.group(1)))
+            progress(f"  step {hit.group(1)}/{p.steps} done ({time.monotonic() - t0:.0f} s)")
+
+    rc = run_logged(p.command, p.env, log, cwd=p.work, verbose=opts.verbose, on_line=on_line, timeout=opts.timeout)
+    scalars = read_tensorboard(p.tensorboard_dir) if p.tensorboard_dir.is_dir() else {}
+    events = evidence.read(p.work / "evidence.jsonl")
+    steps = build_steps(scalars, events, p.samples_per_step, p.logprob_temperature)
+    notes = list(p.notes)
+    logged = [s.step for s in steps]
+    complete = bool(logged) and logged[-1] >= p.steps and logged == list(range(logged[0], logged[-1] + 1))
+    if logged and logged[0] > 1:
+        notes.append(f"resumed: steps {logged[0]}-{logged[-1]} ran (1-{logged[0] - 1} came from the checkpoint)")
+    final = [e for e in events if e.get("event") == "weights_loaded"]
+    if rc == 0 and final and steps:
+        last = final[-1]
+        saved = saved_model_checksum(p.output_dir, last.get("names") or [])
+        same = saved is not None and saved == last["checksum"]
+        notes.append(f"the model OpenRLHF saved ({p.output_dir}) {'is' if same else 'is NOT'} what the engine serves "
+                     f"after the last sync (checksum {saved} vs {last['checksum']})")
+        steps[-1].engine_synced = bool(steps[-1].engine_synced) and same
+    ok = rc == 0 and complete
+    report = SmokeReport(framework="openrlhf", ok=ok, exit_code=EXIT_OK if ok else EXIT_FAILED,
+                         steps_requested=p.steps, command=p.command, substitutions=p.substitutions, model=p.model,
+                         data=p.data, steps=steps, wall_s=round(time.monotonic() - t0, 1), log=str(log), notes=notes)
+    if not ok:
+        report.error = (f"{p.entry} exited with status {rc} after {len(steps)} of {p.steps} steps; its error:\n"
+                        + error_excerpt(log))
+    return report

@@ -1,0 +1,135 @@
+"""microcoder_ext.openrlhf.smoke.plan: what a launch becomes on the CPU (no run here; the e2e tests run them).
+
+Each launch is parsed by OpenRLHF's own argparse + validation (and the launcher's preset checks); the rewritten
+launch must pass them again; every change is a printed substitution; bad launches are usage errors (exit 2) with
+OpenRLHF's own message.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.openrlhf
+import openrlhf  # noqa: F401,E402  (a missing framework fails, never skips)
+
+from microcoder_ext.openrlhf import smoke  # noqa: E402
+from microcoder_ext.smoke.report import format_substitutions  # noqa: E402
+from microcoder_ext.smoke.runner import SmokeOptions, SmokeUsageError  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+REWARD = str(ROOT / "microcoder_ext" / "openrlhf" / "openrlhf_reward.py")
+#: the GPU layout of openrlhf_recipes/train.sh (MODEL=qwen3_1.7b, ALGO=grpo_baseline; 2 nodes)
+RECIPE = ["--mc.preset", "grpo_baseline", "--actor.model_name_or_path", "Qwen/Qwen3-1.7B",
+          "--data.prompt_dataset", "hf-org/train", "--data.input_key", "question", "--data.label_key", "tests",
+          "--data.max_len", "6144", "--rollout.max_new_tokens", "4096", "--data.max_samples", "38400",
+          "--rollout.batch_size", "64", "--rollout.n_samples_per_prompt", "8", "--train.batch_size", "256",
+          "--actor.num_nodes", "2", "--actor.num_gpus_per_node", "8", "--ref.num_nodes", "2",
+          "--ref.num_gpus_per_node", "8", "--vllm.num_engines", "16", "--vllm.tensor_parallel_size", "1",
+          "--train.colocate_all", "--vllm.enable_sleep", "--ds.enable_sleep", "--ds.zero_stage", "3",
+          "--actor.gradient_checkpointing_enable", "--ds.packing_samples", "--train.dynamic_batch_enable",
+          "--train.max_tokens_per_gpu", "12288", "--ckpt.save_steps", "50", "--ckpt.path", "/ckpt/x",
+          "--logger.wandb.key", "secret", "--eval.dataset", "hf-org/val", "--eval.steps", "20"]
+
+
+def value(flags: list[str], option: str) -> list[str] | None:
+    """The values of the last ``option`` in ``flags`` (None: absent)."""
+    out = None
+    for i, token in enumerate(flags):
+        if token == option:
+            j = i + 1
+            while j < len(flags) and not flags[j].startswith("--"):
+                j += 1
+            out = flags[i + 1:j]
+    return out
+
+
+@pytest.fixture(scope="module")
+def recipe_plan(tmp_path_factory):
+    return smoke.plan(RECIPE, SmokeOptions(steps=3, prompts=4, max_samples=8), tmp_path_factory.mktemp("plan"))
+
+
+def test_the_recipe_layout_becomes_a_cpu_launch(recipe_plan):
+    p = recipe_plan
+    f = p.flags
+    assert p.entry == "launcher" and p.command[1:4] == ["-m", "microcoder_ext.openrlhf.cpu.run", "--gpus"]
+    for gone in ("--ds.packing_samples", "--train.dynamic_batch_enable", "--logger.wandb.key"):
+        assert value(f, gone) is None, gone
+    expected = {
+        "--ds.attn_implementation": ["sdpa"], "--vllm.sync_backend": ["gloo"], "--actor.num_nodes": ["1"],
+        "--actor.num_gpus_per_node": ["1"], "--ref.num_gpus_per_node": ["1"], "--vllm.num_engines": ["1"],
+        "--rollout.batch_size": ["4"], "--rollout.n_samples_per_prompt": ["8"],
+        # 64 x 8 / 256 = 2 updates per step on GPUs -> 2 updates of 16 samples, one micro-batch each
+        "--train.batch_size": ["16"], "--train.micro_batch_size": ["16"],
+        "--rollout.max_new_tokens": ["32"], "--data.max_len": [str(1024 + 32)], "--data.max_samples": ["12"],
+        "--ckpt.save_steps": ["3"], "--eval.steps": ["3"], "--data.input_key": ["prompt"],
+        "--data.label_key": ["label"], "--ckpt.path": [str(p.work / "ckpt")],
+        "--logger.tensorboard_dir": [str(p.work / "tensorboard")], "--ckpt.output_dir": [str(p.work / "final")],
+    }
+    for option, want in expected.items():
+        assert value(f, option) == want, (option, value(f, option))
+    assert value(f, "--train.colocate_all") == [] and value(f, "--ds.zero_stage") == ["3"]  # kept: they run on CPU
+    assert p.gpus == 1 and p.samples_per_step == 32 and p.logprob_temperature == 1.2
+    assert p.data["train"]["bundled"] and Path(p.model["path"]).is_dir() and p.model["family"] == "qwen3"
+    table = format_substitutions(p.substitutions)
+    for what in ("model", "--ds.packing_samples", "--train.dynamic_batch_enable", "attention", "weight-sync backend",
+                 "actor GPUs", "reference GPUs", "vLLM engines", "training steps", "wandb", "checkpoint interval"):
+        assert f"  {what} " in table, what
+
+
+def test_the_rewritten_launch_passes_openrlhfs_own_validation(recipe_plan):
+    entry, args, _ = smoke.parse_launch(recipe_plan.flags)
+    assert entry == "launcher"
+    assert args.ds.packing_samples is False and args.ds.attn_implementation == "sdpa"
+    assert args.data.prompt_dataset == str(recipe_plan.work / "data" / "train.jsonl")
+    assert args.algo.kl.init_coef == 0.001 and args.algo.kl.use_loss  # the preset's, untouched
+
+
+def test_plain_train_ppo_ray_and_a_compressed_schedule(tmp_path):
+    plain = smoke.plan(["--algo.advantage.estimator", "group_norm", "--rollout.n_samples_per_prompt", "4",
+                        "--algo.kl.init_coef", "0", "--reward.remote_url", REWARD, "--vllm.num_engines", "2",
+                        "--rollout.temperature", "0.8"], SmokeOptions(steps=2, warm_start=150), tmp_path / "a")
+    assert plain.entry == "train_ppo_ray" and plain.logprob_temperature == 0.8
+    assert value(plain.flags, "--vllm.num_engines") == ["1"] and plain.gpus == 2  # actor + one engine
+    assert value(plain.flags, "--ref.num_gpus_per_node") is None  # no reference model without KL
+    staged = smoke.plan(["--mc.preset", "microcoder", "--rollout.n_samples_per_prompt", "4", "--vllm.num_engines",
+                         "1", "--mc.temperature.mode", "staged", "--mc.temperature.stages", "[[0, 0.6], [140, 1.2]]"],
+                        SmokeOptions(steps=3), tmp_path / "b")
+    assert json.loads(value(staged.flags, "--mc.temperature.stages")[0]) == [[0, 0.6], [1, 1.2]]
+    assert value(staged.flags, "--mc.temperature.min_stage_steps") == ["1"] and staged.logprob_temperature is None
+
+
+def test_compress_stages_counts_from_step_0():
+    assert smoke.compress_stages([[0, 0.6], [140, 1.2]], 3) == [[0, 0.6], [1, 1.2]]
+    assert smoke.compress_stages([[0, 0.6], [100, 1.0], [200, 1.2]], 3) == [[0, 0.6], [1, 1.0], [2, 1.2]]
+    assert smoke.compress_stages([[0, 0.6], [100, 1.0], [200, 1.2]], 2) == [[0, 0.6], [1, 1.0]]
+    assert smoke.compress_stages([[0, 1.2]], 3) == [[0, 1.2]]
+
+
+@pytest.mark.parametrize("launch, message", [
+    (["--rollout.n_samples_per_prompt", "1", "--algo.advantage.estimator", "group_norm", "--reward.remote_url", REWARD],
+     "OpenRLHF rejected the arguments: group_norm requires n_samples_per_prompt > 1"),
+    (["--no.such.flag", "1"], "unrecognized arguments: --no.such.flag 1"),
+    (["--reward.remote_url", "http://rm:5000/get_reward", "--rollout.n_samples_per_prompt", "2"],
+     "not a readable local reward_func file"),
+    (["--rollout.n_samples_per_prompt", "2"],  # gae without a reward model: OpenRLHF's validation crashes
+     "OpenRLHF failed while checking the arguments: AttributeError"),
+    (["--rollout.n_samples_per_prompt", "2", "--algo.advantage.estimator", "group_norm"],
+     "the launch has no rule-based reward"),
+    (["--mc.preset", "microcoder", "--mc.dry_run"], "drop --mc.dry_run"),
+    (["--mc.preset", "microcoder", "--rollout.temperature", "0.6"], "contradicts --mc.preset microcoder"),
+])
+def test_bad_launches_are_usage_errors(tmp_path, launch, message):
+    with pytest.raises(SmokeUsageError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        smoke.plan(launch, SmokeOptions(), tmp_path)
+
+
+def test_the_cli_exits_2_on_a_bad_launch(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "microcoder_ext.cli", "smoke", "--workdir", str(tmp_path), "openrlhf",
+                           "--no.such.flag", "1"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2, proc.stderr
+    assert "unrecognized arguments: --no.such.flag 1" in proc.stderr
