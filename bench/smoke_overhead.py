@@ -45,7 +45,7 @@ LAUNCHES = {
         "baseline": ["--mc.preset", "dapo_baseline"],
         "microcoder": ["--mc.preset", "microcoder"],
         "common": ["--rollout.n_samples_per_prompt", "4", "--rollout.batch_size", "4", "--train.batch_size", "8",
-                   "--rollout.max_new_tokens", "32", "--data.max_len", "288"],
+                   "--rollout.max_new_tokens", "32", "--data.max_len", "288", "--vllm.num_engines", "1"],
     },
 }
 

@@ -138,7 +138,8 @@ def plan(overrides: Sequence[str], opts: SmokeOptions, work: Path) -> VerlSmokeP
         warnings.simplefilter("ignore")  # verl's import-time notes on engines it does not find (megatron, ...)
         guard.check_cpu_backend()  # (and "no accelerator detected" from this process, which trains nothing)
     try:
-        cfg = compose(None, list(overrides))
+        with _quiet("verl.plugin.platform.platform_manager"):
+            cfg = compose(None, list(overrides))
     except RecipeError as e:
         raise SmokeUsageError(str(e)) from None
     r = _Rewriter(cfg)
