@@ -9,9 +9,15 @@ even after it was re-parented away from the engine).
 import json
 import os
 import shutil
+import sys
 import tempfile
+from pathlib import Path
 
 import pytest
+
+# support modules of this folder (hostile_host.py) are imported by their plain names
+if str(Path(__file__).parent) not in sys.path:
+    sys.path.insert(0, str(Path(__file__).parent))
 
 from microcoder_ext.reward import Engine, EngineConfig, evaluate_response
 
@@ -126,3 +132,17 @@ def sandbox_processes(uid_min: int = SANDBOX_UID_MIN, uid_max: int = SANDBOX_UID
 def live_sandbox_uids():
     """``f(uid_min, uid_max) -> [uid, ...]``: uids of the live sandboxed processes in that range."""
     return lambda lo, hi: [uid for _, uid in live_sandbox_processes(lo, hi)]
+
+
+@pytest.fixture(scope="session")
+def default_engine(sandbox_dirs):
+    """An engine with the DEFAULT configuration (time, memory, output limits, workers), hermetic only in its temp
+    root, node-slot directory and sandbox uid range: what the hostile suites attack."""
+    from microcoder_ext.reward import EngineConfig as _Config
+
+    base = _Config()
+    eng = Engine(_Config(uid=UID_BASE, node_slots=NODE_SLOTS, workers=base.workers, **sandbox_dirs))
+    eng.warmup()
+    assert eng.fatal is None, eng.fatal
+    yield eng
+    eng.close()

@@ -1,0 +1,167 @@
+"""What a hostile program does to the host that judges it: the measurement harness of the hostile suites.
+
+:func:`observe` runs one call of the real engine (``Engine.evaluate`` on the real sandbox) and records, besides the
+score and verdict, what the *host process* suffered during the call:
+
+* ``wall_s``: the call's wall time;
+* ``rss_growth_mb``: the largest resident-set size seen during the call minus the size before it (MiB), sampled by a
+  ticker thread every 10 ms (plus once at the end);
+* ``max_stall_ms``: the longest gap between two ticks of that thread. A judge that holds the GIL (a backtracking
+  regex, a quadratic loop in pure Python) freezes every other thread of a training process, and shows up here;
+* ``leftovers``: what the call left behind: files under the engine's temp root, processes of the engine's sandbox
+  uid range, entries in ``/dev/shm``, and shared memory still held (``Shmem`` of ``/proc/meminfo``, MiB).
+
+:func:`assert_still_judges` then checks that the same engine still scores a correct and a wrong program right.
+Imported by plain name from the test modules of this folder (``conftest.py`` puts the folder on ``sys.path``).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+
+_PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+def rss_bytes() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * _PAGE
+
+
+def shmem_mib() -> float:
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("Shmem:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
+class Ticker:
+    """A thread that wakes every ``interval`` s and records the longest gap between wake-ups and the peak RSS."""
+
+    def __init__(self, interval: float = 0.01):
+        self.interval = interval
+        self.max_gap = 0.0
+        self.peak_rss = rss_bytes()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="hostile-ticker", daemon=True)
+
+    def _run(self) -> None:
+        last = time.perf_counter()
+        while not self._stop.is_set():
+            time.sleep(self.interval)
+            now = time.perf_counter()
+            self.max_gap = max(self.max_gap, now - last - self.interval)
+            last = now
+            self.peak_rss = max(self.peak_rss, rss_bytes())
+
+    def __enter__(self) -> "Ticker":
+        self._thread.start()
+        time.sleep(self.interval * 2)  # the thread is ticking before the call starts
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.peak_rss = max(self.peak_rss, rss_bytes())
+
+
+@dataclass
+class Observation:
+    score: float
+    verdict: str
+    detail: str
+    wall_s: float
+    rss_growth_mb: float
+    max_stall_ms: float
+    leftovers: dict = field(default_factory=dict)
+
+    def __str__(self) -> str:
+        return (f"verdict={self.verdict} score={self.score} wall={self.wall_s:.2f}s rss+={self.rss_growth_mb:.1f}MiB "
+                f"stall={self.max_stall_ms:.0f}ms leftovers={self.leftovers} detail={self.detail[:160]!r}")
+
+
+def sandbox_processes(uid_min: int, uid_max: int) -> list[int]:
+    pids = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/status") as f:
+                for line in f:
+                    if line.startswith("Uid:"):
+                        if uid_min <= int(line.split()[1]) <= uid_max:
+                            pids.append(int(name))
+                        break
+        except (OSError, ValueError):
+            pass
+    return pids
+
+
+def _files_under(root: str) -> list[str]:
+    """Every path below ``root`` except the engine's own long-lived worker dirs' top level."""
+    out = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        rel = os.path.relpath(dirpath, root)
+        depth = 0 if rel == "." else rel.count(os.sep) + 1
+        if depth >= 1:  # inside a worker's base dir: job dirs and anything a program left
+            out += [os.path.join(dirpath, n) for n in dirnames + filenames]
+    return out
+
+
+def _shm_entries() -> set[str]:
+    try:
+        return set(os.listdir("/dev/shm"))
+    except OSError:
+        return set()
+
+
+def observe(engine, code: str, ground_truth, *, uid_range: tuple[int, int], tmp_root: str, settle_s: float = 5.0,
+            **options) -> Observation:
+    """One real ``evaluate`` call of ``code`` against ``ground_truth`` (any encoding the reward accepts)."""
+    from microcoder_ext.reward import evaluate_response
+
+    shm_before, shm_mib_before = _shm_entries(), shmem_mib()
+    rss0 = rss_bytes()
+    response = f"```python\n{code}\n```"
+    with Ticker() as tick:
+        t0 = time.monotonic()
+        res = evaluate_response(response, ground_truth, engine=engine, **options)
+        wall = time.monotonic() - t0
+    leftovers: dict = {}
+    deadline = time.monotonic() + settle_s  # a killed process group needs a moment to disappear
+    while True:
+        procs = sandbox_processes(*uid_range)
+        files = _files_under(tmp_root)
+        shm = sorted(_shm_entries() - shm_before)
+        if not (procs or files or shm) or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    if procs:
+        leftovers["processes"] = procs
+    if files:
+        leftovers["files"] = files[:10]
+    if shm:
+        leftovers["shm"] = shm
+    held = shmem_mib() - shm_mib_before
+    if held > 8:
+        leftovers["shmem_mib"] = round(held, 1)
+    return Observation(float(res.score), res.verdict, str(res.detail), wall,
+                       (tick.peak_rss - rss0) / (1 << 20), tick.max_gap * 1e3, leftovers)
+
+
+CORRECT = "class Solution:\n    def add(self, a, b):\n        return a + b\n"
+WRONG = "class Solution:\n    def add(self, a, b):\n        return a - b\n"
+ADD_TESTS = {"fn_name": "add", "inputs": [[1, 2], [5, 7], [-3, 3]], "outputs": [3, 12, 0]}
+
+
+def assert_still_judges(engine) -> None:
+    """The engine scores a correct program 1.0 (``correct``) and a wrong one 0.0 (``wrong_answer``) right after."""
+    from microcoder_ext.reward import evaluate_response
+
+    good = evaluate_response(f"```python\n{CORRECT}```", ADD_TESTS, engine=engine)
+    bad = evaluate_response(f"```python\n{WRONG}```", ADD_TESTS, engine=engine)
+    assert (good.verdict, good.score) == ("correct", 1.0), good
+    assert (bad.verdict, bad.score) == ("wrong_answer", 0.0), bad
