@@ -7,12 +7,11 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
 
-from .sandbox import protocol
+from .sandbox import protocol, tree
 
 _SANDBOX_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sandbox")
 # load the stdlib-only sandbox package by path as "mc_sandbox" (does not import microcoder_ext or torch)
@@ -91,7 +90,7 @@ class WorkerProcess:
     def _remove_base(self) -> None:
         base = (self.hello or {}).get("base")
         if isinstance(base, str) and os.path.basename(base).startswith("microcoder-sbx-lk-") and os.path.isabs(base):
-            shutil.rmtree(base, ignore_errors=True)  # fd-based: does not follow symlinks left by programs
+            tree.remove_tree(base)  # iterative, never follows symlinks, never raises (whatever a program built)
 
     def close(self) -> None:
         try:

@@ -1,21 +1,25 @@
-"""Runs inside a child forked from the worker's job process: apply every sandbox layer, then run the program.
+"""Runs inside a child forked by the worker's fork server (W) ahead of its job: apply every sandbox layer, then run
+the program that the job process (M) sends on the control pipe.
 
 Status records go to fd 3 as ``<nonce> <json>\\n`` lines (the worker ignores lines without the nonce):
   any mode:   ``{"s": "setup_failed", "e": msg}`` when a sandbox layer could not be applied
-              (infrastructure), else ``{"s": "ready"}`` once every layer is on, before the program runs;
+              (infrastructure), else ``{"s": "ready", "c": cpu}`` once every layer is on, before the program runs;
   stdin mode: per test ``{"i": i, "s": "end", "r": "ok"|"exception"|"memory", "e": msg, "x": 0|1}`` (``x`` = 1:
               this child exits instead of running the next test), or ``{"i": i, "s": "compile_error", "e": msg}``
-  call mode:  per test ``{"i": i, "s": "ok", "v": <json text of the return value>}`` or
-              ``{"i": i, "s": "exception"|"memory"|"unserialisable"|"compile_error", "e": msg}``
+  call mode:  per test ``{"i": i, "s": "ok", "v": <json text of the return value>, "c": cpu}`` or
+              ``{"i": i, "s": "exception"|"memory"|"unserialisable"|"compile_error", "e": msg, "c": cpu}``
+              (``c``: this process's CPU seconds when the test ended, where the job process starts the next
+              test's CPU budget; it trusts the value only between the previous start and its own reading)
 The child never sees expected outputs: only the program, the inputs and its own nonce. One child runs every
 test of its job (stdin tests one after another in fresh namespaces, call-based tests as calls) until it
-crashes or must not be reused; the job process then forks a fresh one for the remaining tests. Tests of
+crashes or must not be reused; the job process then takes a fresh one for the remaining tests. Tests of
 one job share a process, never tests of two jobs (two samples).
 
 Compiled-code cache: the first child of a job that compiles the program stores ``marshal.dumps`` of the code
 object in the job's ``code`` memfd (after every sandbox layer is on); later children of the same job load it
-from there instead of compiling again. The job process never reads that memfd (it only creates it, and
-closes it with the job), so it never parses anything a program could have written; a child that finds the
+from there instead of compiling again (the job process copies the first child's memfd into the next one's with
+``copy_file_range``). The job process never reads that memfd into its memory, so it never parses anything a
+program could have written; a child that finds the
 blob unusable (absent, foreign source hash, not loadable) just compiles. What a program can do through it
 (make a later child of the same job run other code) it can already do by writing a file to the job's
 tmpdir that its later runs read and exec; and it cannot even do that: every child closes the descriptor
@@ -34,12 +38,11 @@ import hashlib
 import io
 import json
 import marshal
-import math
 import os
-import resource
 import signal
 import sys
 import threading
+import time
 import traceback
 import types
 
@@ -59,6 +62,17 @@ def _emit(nonce: str, rec: dict) -> None:
     view = memoryview(data)
     while view:
         view = view[os.write(RESULT_FD, view):]
+
+
+_clock_gettime, _CPU_CLOCK = time.clock_gettime, time.CLOCK_PROCESS_CPUTIME_ID  # bound before any program runs
+
+
+def _cpu() -> float:
+    """This process's CPU seconds (all threads), for the ``c`` field of call-mode records."""
+    try:
+        return round(_clock_gettime(_CPU_CLOCK), 6)
+    except BaseException:
+        return 0.0
 
 
 def _remap(sources: list[int], keep=()) -> None:
@@ -83,8 +97,8 @@ BACKUP_FDS = (7, 8, 9)  # copies of the stdin/stdout/stderr memfds: a program ma
 
 
 def prepare(fds: dict, parent_pid: int, libc) -> None:
-    """Stage 1, before the job is known (a child can be forked ahead of its job): own session, the
-    descriptor layout, cwd, death with the job process. No program, input or limit is known yet.
+    """Stage 1, before the job is known (every child is forked by the fork server ahead of its job): own
+    session, the descriptor layout, cwd, death with the fork server. No program, input or limit is known yet.
 
     Descriptors afterwards: 0-2 stdio (memfds), 3 result pipe, 4 the landlock ruleset (or /dev/null; closed
     in stage 2), 5 the job's compiled-code memfd (``CODE_FD``), 6 the control pipe from the job process
@@ -94,9 +108,11 @@ def prepare(fds: dict, parent_pid: int, libc) -> None:
     """
     global CODE_FD
     os.setsid()
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the worker's clean-up handler is not the program's
+    signal.set_wakeup_fd(-1)  # the fork server's SIGCHLD wake-up (its pipe is closed below)
+    for sig in (signal.SIGTERM, signal.SIGCHLD):  # the worker's handlers are not the program's
+        signal.signal(sig, signal.SIG_DFL)
     atexit._clear()  # the worker's exit handlers are not the program's (run_stdin runs the program's own)
-    os.fchdir(fds["tmpdir_fd"])  # by descriptor: the job process may rename the dir when the job starts
+    os.fchdir(fds["tmpdir_fd"])  # by descriptor (the temp dir is a mount point)
     sources = [fds["stdin"], fds["stdout"], fds["stderr"], fds["result"], fds["ruleset"], fds["code"], fds["ctl"],
                fds["stdin"], fds["stdout"], fds["stderr"]]
     _remap(sources, keep=[fd for _real, fd in fds.get("paths") or ()])
@@ -231,7 +247,7 @@ def run(spec: dict | None, fds: dict, libc) -> None:
         enter(spec, libc)
         _fresh_stdio()
         sys.setrecursionlimit(spec.get("recursion_limit", 100000))
-        _emit(nonce, {"s": "ready"})
+        _emit(nonce, {"s": "ready", "c": _cpu()})
     except BaseException as e:  # infrastructure: report, never run the program unsandboxed
         try:
             if nonce is not None:
@@ -335,32 +351,30 @@ def _store_code(code, digest, file_size_limit: int) -> None:
 def _run_stdin(spec: dict, nonce: str) -> None:
     """Run the program once per stdin test, tests ``start..`` in this process: the job process puts each
     test's input in the stdin memfd and (from the second test on) sends one byte on the control pipe; every
-    run gets fresh stdio, a fresh ``__main__``, the builtins as they were, its own CPU budget, and ends
-    like an interpreter exit (non-daemon threads joined, ``atexit`` handlers run, streams flushed). After
-    each run one record ``{"i", "s": "end", "r", "e", "x"}``; ``x`` = 1 when this process will exit
-    instead of running the next test (a MemoryError, or state a later run must not inherit: a stdio
-    descriptor closed or replaced, a thread still running, a resource limit changed), so that the job
-    process starts a fresh child for the rest.
+    run gets fresh stdio, a fresh ``__main__``, the builtins as they were, and ends like an interpreter exit
+    (non-daemon threads joined, ``atexit`` handlers run, streams flushed). After each run one record
+    ``{"i", "s": "end", "r", "e", "x"}``; ``x`` = 1 when this process will exit instead of running the next
+    test (a MemoryError, or state a later run must not inherit: a stdio descriptor closed or replaced, a thread
+    still running), so that the job process starts a fresh child for the rest. The job process itself checks
+    every resource limit and the scheduling of this process before it sends the next byte (the program can
+    fake what this process's own ``resource`` module says, not what ``prlimit`` says), and starts each test's
+    CPU budget (``cpu_clock``) right before it.
     """
     start, n = spec["start"], spec["n_tests"]
     code = _compile(spec, nonce, start)
     pristine = dict(vars(builtins))
     fd_ids = [_fd_id(fd) for fd in BACKUP_FDS]
-    rlimits = _rlimits()
-    per_test_cpu = spec["limits"]["per_test_cpu_seconds"]
     for i in range(start, n):
         if i != start and os.read(CTL_FD, 1) != b"n":
             os._exit(0)  # the job process is done with this child
         for fd, backup in zip((STDIN_FD, STDOUT_FD, STDERR_FD), BACKUP_FDS):
             os.dup2(backup, fd, inheritable=False)
-        _cpu_budget(per_test_cpu)
         _fresh_stdio()
         g = _main_namespace(spec["tmpdir"])
         status, err = _run_main(code, g)
         g.clear()  # breaks the namespace's reference cycles: the program's data goes now, not at the next GC
         _restore_builtins(pristine)
-        keep = (status != "memory" and [_fd_id(fd) for fd in BACKUP_FDS] == fd_ids and _rlimits() == rlimits
-                and len(sys._current_frames()) == 1)
+        keep = status != "memory" and [_fd_id(fd) for fd in BACKUP_FDS] == fd_ids and len(sys._current_frames()) == 1
         _emit(nonce, {"i": i, "s": "end", "r": status, "e": err, "x": 0 if keep else 1})
         if not keep:
             os._exit(0)
@@ -410,24 +424,6 @@ def _join_threads() -> None:
     for t in threading.enumerate():
         if t is not me and not t.daemon:
             t.join()
-
-
-def _cpu_budget(seconds: float) -> None:
-    """Soft RLIMIT_CPU = CPU time used so far + ``seconds`` (never above the hard limit)."""
-    ru = resource.getrusage(resource.RUSAGE_SELF)
-    hard = resource.getrlimit(resource.RLIMIT_CPU)[1]
-    soft = int(math.ceil(ru.ru_utime + ru.ru_stime + seconds))
-    if hard != resource.RLIM_INFINITY:
-        soft = min(soft, hard)
-    resource.setrlimit(resource.RLIMIT_CPU, (soft, hard))
-
-
-_CHECKED_RLIMITS = (resource.RLIMIT_AS, resource.RLIMIT_FSIZE, resource.RLIMIT_NOFILE, resource.RLIMIT_NPROC,
-                    resource.RLIMIT_STACK, resource.RLIMIT_CORE)
-
-
-def _rlimits() -> list:
-    return [resource.getrlimit(r) for r in _CHECKED_RLIMITS]
 
 
 def _fd_id(fd: int):
@@ -549,19 +545,17 @@ def _run_calls(spec: dict, g: dict, nonce: str) -> None:
     if factory is None:
         _emit(nonce, {"i": start, "s": "exception", "e": f"NameError: no function or Solution method {fn_name!r}"})
         _finish(1)
-    per_test_cpu = spec["limits"]["per_test_cpu_seconds"]
     for i in range(start, len(tests)):
         test = tests[i]
         try:
             args = [_convert_in(a, arg_types.get(str(k)), g) for k, a in enumerate(test.get("args", []))]
             kwargs = {k: _convert_in(v, arg_types.get(k), g) for k, v in (test.get("kwargs") or {}).items()}
-            _cpu_budget(per_test_cpu)
             value = factory()(*args, **kwargs)
         except MemoryError:
-            _emit(nonce, {"i": i, "s": "memory", "e": "MemoryError"})
+            _emit(nonce, {"i": i, "s": "memory", "e": "MemoryError", "c": _cpu()})
             _finish(1)
         except BaseException:
-            _emit(nonce, {"i": i, "s": "exception", "e": _exc_text()})
+            _emit(nonce, {"i": i, "s": "exception", "e": _exc_text(), "c": _cpu()})
             continue
         try:
             if ret_type == "ListNode":
@@ -570,13 +564,14 @@ def _run_calls(spec: dict, g: dict, nonce: str) -> None:
                 value = _from_tree(value)
             text = _dumps(value)
         except MemoryError:
-            _emit(nonce, {"i": i, "s": "memory", "e": "MemoryError while serialising"})
+            _emit(nonce, {"i": i, "s": "memory", "e": "MemoryError while serialising", "c": _cpu()})
             _finish(1)
         except BaseException:
             _emit(nonce, {"i": i, "s": "unserialisable", "e": f"return value of type {type(value).__name__} "
-                                                              f"is not JSON-serialisable: {_exc_text(300)}"})
+                                                              f"is not JSON-serialisable: {_exc_text(300)}",
+                          "c": _cpu()})
             continue
-        _emit(nonce, {"i": i, "s": "ok", "v": text})
+        _emit(nonce, {"i": i, "s": "ok", "v": text, "c": _cpu()})
     _finish(0)
 
 
@@ -587,7 +582,8 @@ def probe(lim: dict, want: dict, tmpdir: str, ruleset, uid: int, gid: int, paren
     """In a forked child: apply each wanted layer in production order and check that it bites."""
     rep: dict = {}
     os.chdir(tmpdir)
-    limits.apply_rlimits(address_space_bytes=lim["memory_bytes"], cpu_seconds=10, file_size_bytes=1 << 20,
+    fsize = max(1 << 20, int(want.get("tmp_quota_bytes") or 0) + (2 << 20))  # the quota check allocates past it
+    limits.apply_rlimits(address_space_bytes=lim["memory_bytes"], cpu_seconds=10, file_size_bytes=fsize,
                          open_files=lim["open_files"], processes=lim["processes"], stack_bytes=lim["stack_bytes"])
     rep["rlimits"] = "active"
     if want.get("uid_drop"):
@@ -659,6 +655,27 @@ def probe(lim: dict, want: dict, tmpdir: str, ruleset, uid: int, gid: int, paren
         checks["read_outside_blocked"] = False
     except OSError:
         checks["read_outside_blocked"] = True
+    try:
+        os.close(os.memfd_create("mc-probe"))
+        checks["memfd_blocked"] = False
+    except OSError:
+        checks["memfd_blocked"] = True
+    try:
+        os.setpriority(os.PRIO_PROCESS, 0, os.getpriority(os.PRIO_PROCESS, 0) - 1)
+        checks["nice_blocked"] = False
+    except OSError:
+        checks["nice_blocked"] = True
+    try:
+        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(1))
+        checks["realtime_blocked"] = False
+    except OSError:
+        checks["realtime_blocked"] = True
+    if want.get("tmp_quota_bytes"):
+        from .mounts import quota_error
+        err = quota_error(tmpdir, want["tmp_quota_bytes"])
+        checks["tmp_quota"] = err is None
+        if err:
+            checks["tmp_quota_error"] = err
     rep["checks"] = checks
     rep["mapped_paths"] = sorted(mapping)
     rep["unreadable_paths"] = [p for p in read_paths if os.path.isdir(p) and not _can_list(mapped_path(p, mapping))]

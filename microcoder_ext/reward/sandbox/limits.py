@@ -13,23 +13,80 @@ PR_SET_DUMPABLE = 4
 MiB = 1 << 20
 
 
-def apply_rlimits(*, address_space_bytes: int, cpu_seconds: int, file_size_bytes: int, open_files: int,
-                  processes: int, stack_bytes: int) -> None:
-    """Set limits (AS, CPU, FSIZE, NOFILE, NPROC, STACK; CORE = 0); soft = hard except CPU (hard = soft + 1 s)."""
-    for res, value in (
-        (resource.RLIMIT_CORE, 0),
-        (resource.RLIMIT_AS, address_space_bytes),
-        (resource.RLIMIT_CPU, max(1, int(cpu_seconds))),
-        (resource.RLIMIT_FSIZE, file_size_bytes),
-        (resource.RLIMIT_NOFILE, open_files),
-        (resource.RLIMIT_NPROC, processes),
-        (resource.RLIMIT_STACK, stack_bytes),
-    ):
+#: every resource limit of Linux (RLIMIT_LOCKS, 10, has no name in Python's ``resource``)
+ALL_RLIMITS = tuple(range(16))
+RLIMIT_LOCKS = 10
+#: limits with a fixed value in every sandboxed child, whatever the host's defaults: no core dumps, no higher priority
+#: (nice ceiling 20 - 0) and no real-time scheduling (priority 0, 0 us of real-time CPU), no locked memory, no POSIX
+#: message-queue bytes, a small queue of pending signals
+FIXED_RLIMITS = {resource.RLIMIT_CORE: 0, resource.RLIMIT_NICE: 0, resource.RLIMIT_RTPRIO: 0, resource.RLIMIT_RTTIME: 0,
+                 resource.RLIMIT_MEMLOCK: 0, resource.RLIMIT_MSGQUEUE: 0, resource.RLIMIT_SIGPENDING: 256}
+
+
+def planned_rlimits(*, address_space_bytes: int, cpu_seconds: int, file_size_bytes: int, open_files: int,
+                    processes: int, stack_bytes: int) -> list[tuple[int, int, int]]:
+    """``(resource, soft, hard)`` for EVERY resource limit of a sandboxed child, computed from the calling process's own
+    hard limits (the worker's, which a forked child inherits), so that the job process can recompute them and check a
+    child before reusing it. soft = hard everywhere (nothing a program can raise), except CPU: hard = soft + 1 s, so that
+    the soft limit delivers SIGXCPU (reported as a timeout). RLIMIT_CPU is only the whole job's backstop
+    (tests x per-test seconds): the per-test budget is enforced from outside by the job process (``cpu_clock``).
+    AS, FSIZE, NOFILE, NPROC, STACK as given; the :data:`FIXED_RLIMITS`; any other limit (DATA, RSS, LOCKS) keeps the
+    host's hard value as its soft value too."""
+    wanted = {resource.RLIMIT_AS: address_space_bytes, resource.RLIMIT_CPU: max(1, int(cpu_seconds)),
+              resource.RLIMIT_FSIZE: file_size_bytes, resource.RLIMIT_NOFILE: open_files,
+              resource.RLIMIT_NPROC: processes, resource.RLIMIT_STACK: stack_bytes, **FIXED_RLIMITS}
+    out = []
+    for res in ALL_RLIMITS:
         _soft, hard = resource.getrlimit(res)
-        if hard != resource.RLIM_INFINITY:
-            value = min(value, hard)
-        # CPU: soft < hard so that the soft limit delivers SIGXCPU (reported as a timeout), not SIGKILL
-        resource.setrlimit(res, (value, value + 1 if res == resource.RLIMIT_CPU and value != hard else value))
+        value = wanted.get(res, hard)
+        if hard != resource.RLIM_INFINITY and (value == resource.RLIM_INFINITY or value > hard):
+            value = hard
+        if res == resource.RLIMIT_CPU and value != hard:
+            out.append((res, value, value + 1))
+        else:
+            out.append((res, value, value))
+    return out
+
+
+def apply_rlimits(**limits) -> list[tuple[int, int, int]]:
+    """Set every resource limit to :func:`planned_rlimits` (same keyword arguments); returns what was set."""
+    plan = planned_rlimits(**limits)
+    for res, soft, hard in plan:
+        resource.setrlimit(res, (soft, hard))
+    return plan
+
+
+def limits_text(pid: int) -> bytes:
+    """``/proc/<pid>/limits``: every resource limit of ``pid`` as the kernel enforces it (not what the process's own
+    ``resource`` module, which a program can replace, would say), readable by anyone (``prlimit`` on another uid's
+    process needs CAP_SYS_RESOURCE, which containers often drop). ProcessLookupError when the process is gone."""
+    try:
+        with open(f"/proc/{pid}/limits", "rb") as f:
+            return f.read()
+    except FileNotFoundError:
+        raise ProcessLookupError(pid) from None
+
+
+def parse_limits(text: bytes) -> list[tuple[int, int, int]]:
+    """``(resource, soft, hard)`` for every resource, from :func:`limits_text`."""
+    out = []
+    lines = text.decode("ascii", "replace").splitlines()[1:]
+    for res, line in zip(ALL_RLIMITS, lines):  # "%-25s %-20s %-20s %-10s", in resource order
+        out.append((res, _limit_value(line[26:47].strip()), _limit_value(line[47:68].strip())))
+    return out
+
+
+def rlimits_of(pid: int) -> list[tuple[int, int, int]]:
+    return parse_limits(limits_text(pid))
+
+
+def _limit_value(text: str) -> int:
+    return resource.RLIM_INFINITY if text == "unlimited" else int(text)
+
+
+def scheduling_of(pid: int) -> tuple[int, int]:
+    """(nice value, scheduling policy) of ``pid``."""
+    return os.getpriority(os.PRIO_PROCESS, pid), os.sched_getscheduler(pid)
 
 
 _LINUX_CAPABILITY_VERSION_3 = 0x20080522

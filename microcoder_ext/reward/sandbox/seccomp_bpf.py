@@ -7,7 +7,9 @@ The filter (per child; it embeds the child's pid so that it may act only on itse
   * execve/execveat, socket (all families), ptrace, process_vm_*, pidfd_getfd/send_signal,
     mount/namespace/module/kexec/bpf/perf/keyring/io_uring/userfaultfd/modify_ldt, System V IPC and
     POSIX message queues (host-wide objects that outlive the process and would be a channel between
-    concurrently judged samples), inotify/fanotify (would show other processes' file accesses) -> EPERM
+    concurrently judged samples), memfd_create/memfd_secret (anonymous shared memory that no rlimit counts:
+    RLIMIT_AS counts only what is mapped, and a memfd can hold RAM unmapped), inotify/fanotify (would show
+    other processes' file accesses) -> EPERM
   * calls that act on another process: kill / tgkill / prlimit64 / sched_set{affinity,scheduler,param,attr}
     on any pid other than itself (or 0); setpriority and ioprio_set unless PRIO_PROCESS/IOPRIO_WHO_PROCESS
     on itself (PRIO_USER would renice every process of the sandbox uid) -> EPERM
@@ -47,7 +49,7 @@ PRIO_PROCESS, IOPRIO_WHO_PROCESS = 0, 1
 _COMMON_DENY = dict(  # same numbers on x86_64 and aarch64 (the unified table from 424 on)
     pidfd_send_signal=424, io_uring_setup=425, io_uring_enter=426, io_uring_register=427, open_tree=428,
     move_mount=429, fsopen=430, fsconfig=431, fsmount=432, fspick=433, pidfd_getfd=438, process_madvise=440,
-    mount_setattr=442, process_mrelease=448, statmount=457, listmount=458,
+    mount_setattr=442, memfd_secret=447, process_mrelease=448, statmount=457, listmount=458,
 )
 _X86_64 = dict(
     audit_arch=0xC000003E,
@@ -66,8 +68,8 @@ _X86_64 = dict(
         vhangup=153, fanotify_init=300, lookup_dcookie=212, iopl=172, ioperm=173, uselib=134, personality=135,
         modify_ldt=154, inotify_init=253, inotify_add_watch=254, inotify_init1=294, fanotify_mark=301,
         shmget=29, shmat=30, shmctl=31, semget=64, semop=65, semctl=66, msgget=68, msgsnd=69, msgrcv=70,
-        msgctl=71, semtimedop=220, mq_open=240, mq_unlink=241, mq_timedsend=242, mq_timedreceive=243,
-        mq_notify=244, mq_getsetattr=245,
+        msgctl=71, semtimedop=220, memfd_create=319, mq_open=240, mq_unlink=241, mq_timedsend=242,
+        mq_timedreceive=243, mq_notify=244, mq_getsetattr=245,
     ),
 )
 _AARCH64 = dict(
@@ -87,7 +89,7 @@ _AARCH64 = dict(
         fanotify_init=262, lookup_dcookie=18, personality=92, inotify_init1=26, inotify_add_watch=27,
         fanotify_mark=263,
         shmget=194, shmat=196, shmctl=195, semget=190, semop=193, semctl=191, msgget=186, msgsnd=189,
-        msgrcv=188, msgctl=187, semtimedop=192, mq_open=180, mq_unlink=181, mq_timedsend=182,
+        msgrcv=188, msgctl=187, semtimedop=192, memfd_create=279, mq_open=180, mq_unlink=181, mq_timedsend=182,
         mq_timedreceive=183, mq_notify=184, mq_getsetattr=185,
     ),
 )

@@ -1,25 +1,30 @@
 """Worker process: started once by the supervisor (``subprocess.Popen``, scrubbed env), pre-imports common
 modules, probes the sandbox layers, then serves jobs. It never sees expected outputs.
 
-Processes: the worker itself (W) never reads a job. For every job it forks a job process (J) that reads
-the job from the command pipe, runs every test of the job in one sandboxed child (stdin tests one after
-another, call-based tests as calls; a fresh child for the remaining tests when one crashes, times out or
-must not be reused), answers, and exits. A sandboxed child is a copy of J's memory, so it could read
-anything J holds: with a fresh J per job that is only its own job (its code and inputs), never the code or
-inputs of an earlier job (another sample's, possibly correct, solution), which a long-lived worker would
-still have in freed heap memory.
+Processes (one fork per job, on no critical path):
+  W  this process after start-up: the fork server (``forkserver``). It never reads a job, a result or an output:
+     it forks every sandboxed child C ahead of its job (sandbox stage 1 done: own session, descriptors, temp dir,
+     death with W; then C waits for its spec), hands C's descriptors to M, reaps C and tells M how it ended.
+  M  the job process (``jobs``), forked once from W right after start-up: it owns the supervisor's pipes, reads
+     each job, sends it to a child taken from W (job-dependent layers go on in C: rlimits, uid, landlock,
+     seccomp), enforces the per-test limits from outside (wall clock, CPU budget, output cap, every rlimit of a
+     reused child), relays the results and removes the child's temp dir.
+  C  one per job (a fresh one for the remaining tests after a crash, a timeout or a state or limit that must not
+     be reused), running every test of the job: stdin tests one after another, call-based tests as calls.
+A child is a copy of W's memory, and W never held any job: a child holds only its own job (what M writes to its
+control pipe and memfds), never the code or inputs of an earlier job (another sample's, possibly correct,
+solution). M holds all of them, and nothing is ever forked from M.
 
-Off the critical path: W forks the next J as soon as the current one starts, and a J, while it waits for
-its turn, makes its job's temp dir, landlock ruleset and memfds and forks its first child, which applies
-the job-independent part of the sandbox (session, descriptors, cwd, death with J) and then waits for the
-job's spec on a pipe; the job-dependent layers (rlimits, uid, landlock, seccomp) go on when the spec comes.
-A child forked ahead holds nothing of any job (J has read none yet).
+Temp dirs: where W may mount (root), it runs in a private mount namespace and each child's temp dir is a tmpfs of
+``tmp_quota_mb`` MiB and ``tmp_inodes`` inodes (``mounts``), removed with one lazy unmount; elsewhere the programs
+get a read-only temp dir (no unbounded writes). Every other removal goes through ``tree.remove_tree`` (iterative,
+never follows symlinks, opens up modes, never raises).
 
 Protocol (JSON lines; supervisor -> worker on the Popen stdin, worker -> supervisor on its stdout):
-  <- {"op": "hello", "pid", "layers": {...}, "fatal": str|None}           once at start
+  <- {"op": "hello", "pid", "layers": {...}, "fatal": str|None, "base"}   once at start (from W)
   -> {"op": "job", "mode": "stdin"|"call", "code", "tests", "caps", "limits", "uid", ...}
      ("uid": the sandbox uid of this job's children, within cfg ["uid", "uid_max"])
-  <- {"op": "result", "i", "status", "stdout"|"value", "error", "time"}   per test, streamed
+  <- {"op": "result", "i", "status", "stdout"|"value", "error", "time"}   per test, streamed (from M)
   <- {"op": "await", "next": k}   a child ended and tests remain   -> {"op": "next"} | {"op": "stop"}
   -> {"op": "stop"}               at any time: kill the running child, clean up
   <- {"op": "done", "cleanup": str|None}
@@ -32,19 +37,16 @@ import ctypes
 import fcntl
 import gc
 import json
-import math
 import os
-import select
-import shutil
 import signal
 import site
+import socket
 import stat
 import sys
 import sysconfig
 import tempfile
-import time
 
-from . import child, landlock, protocol, seccomp_bpf
+from . import child, forkserver, jobs, landlock, mounts, protocol, seccomp_bpf, tree
 
 STDLIB_PREIMPORT = (
     "abc array bisect builtins calendar cmath collections collections.abc contextlib copy dataclasses datetime "
@@ -56,11 +58,12 @@ STDLIB_PREIMPORT = (
 JUDGE_MODULES = ("sortedcontainers",)
 SYSTEM_READ_PATHS = ("/usr/lib", "/usr/lib64", "/lib", "/lib64", "/usr/share/zoneinfo", "/etc/localtime",
                      "/etc/ld.so.cache", "/dev/null", "/dev/zero", "/dev/urandom", "/dev/random")
-EXIT_REQUESTED, EXIT_EOF, EXIT_CRASH = 3, 4, 70
+EXIT_REQUESTED, EXIT_EOF, EXIT_CRASH = jobs.EXIT_REQUESTED, jobs.EXIT_EOF, 70
+MiB = 1 << 20
 
 
 BASE_PREFIX = "microcoder-sbx-lk-"
-NEXT_PREFIX, JOB_PREFIX = "next-", "job-"  # a job dir made ahead of its job / in use by a job
+NEXT_PREFIX = "next-"  # a child's temp dir (made ahead of its job)
 
 
 def make_base_dir(root: str) -> tuple[str, int]:
@@ -79,6 +82,9 @@ def make_base_dir(root: str) -> tuple[str, int]:
 
 
 def remove_stale_base_dirs(root: str) -> None:
+    """Remove the base dirs of workers that died without cleaning up (not ``flock``ed by a live worker), whatever
+    their programs left in them (``tree.remove_tree``); a dir that cannot be removed stays (never an error: the new
+    worker's own dir has a fresh name)."""
     try:
         names = [n for n in os.listdir(root) if n.startswith(BASE_PREFIX)]
     except OSError:
@@ -94,37 +100,16 @@ def remove_stale_base_dirs(root: str) -> None:
             continue
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # held by a live worker (or its job process)?
-            shutil.rmtree(path, ignore_errors=True)
+            tree.remove_tree(path)
         except OSError:
             pass
         finally:
             os.close(fd)
 
 
+#: where a program without landlock could create files (read-only in the worker's mount namespace when it has
+#: one; else whatever the job's slot-exclusive uid owns there is removed after the job: ``tree.remove_owned_by``)
 WORLD_WRITABLE_DIRS = ("/tmp", "/var/tmp", "/dev/shm", "/dev/mqueue", "/run/lock", "/var/lock")
-
-
-def remove_files_of(uid: int) -> None:
-    """Without landlock a program can create files in world-writable directories. Its uid belongs to its
-    node slot while the job runs, so whatever that uid owns there (top level) is the job's: remove it.
-    ``rmtree`` and ``unlink`` never follow a symlink the program may have planted."""
-    for d in WORLD_WRITABLE_DIRS:
-        try:
-            names = os.listdir(d)
-        except OSError:
-            continue
-        for name in names:
-            path = os.path.join(d, name)
-            try:
-                st = os.lstat(path)
-                if st.st_uid != uid:
-                    continue
-                if stat.S_ISDIR(st.st_mode):
-                    shutil.rmtree(path, ignore_errors=True)
-                else:
-                    os.unlink(path)
-            except OSError:
-                pass
 
 
 def _preimport(names) -> list[str]:
@@ -197,6 +182,64 @@ class Worker:
         self.read_paths = interpreter_paths() + list(SYSTEM_READ_PATHS) + list(cfg.get("extra_read_paths", []))
         self.path_fds: list = []  # (real dir, O_PATH fd) for allowlisted dirs the sandbox uid cannot reach
         self.layers: dict = {}
+        self.quota_bytes = int(float(cfg.get("tmp_quota_mb", 64)) * MiB)
+        self.quota_inodes = int(cfg.get("tmp_inodes", 4096))
+        self.private_ns = False
+        self.quota_error = self._isolate_base()  # None: every child's temp dir gets the quota tmpfs
+        self.world_writable_dirs = list(WORLD_WRITABLE_DIRS)
+
+    def _isolate_base(self) -> str | None:
+        """Enter a private mount namespace and mount a small tmpfs on the base dir (``mounts``); the reason when
+        that is impossible (then the programs' temp dirs are read-only directories of the base dir)."""
+        if self.quota_bytes <= 0:
+            return "disabled (tmp_quota_mb = 0)"
+        try:
+            mounts.private_namespace(self.libc)
+            self.private_ns = True
+            mounts.mount_tmpfs(self.base, 4 * MiB, 1024, self.libc, mode=0o711)
+        except OSError as e:
+            return str(e)
+        return None
+
+    # --- the children's temp dirs ----------------------------------------------------------------------
+    def child_dir(self) -> tuple[str, bool]:
+        """A fresh temp dir for one child: ``(path, quota)``. With the quota: a tmpfs of its own (mode 0700; given
+        to the job's uid when the job starts). Without: a directory the program can read but not write (root-owned
+        0755 for a dropped uid; landlock grants only reads beneath it)."""
+        d = tempfile.mkdtemp(prefix=NEXT_PREFIX, dir=self.base)
+        if self.quota_error is None:
+            try:
+                mounts.mount_tmpfs(d, self.quota_bytes, self.quota_inodes, self.libc)
+            except OSError:
+                os.rmdir(d)
+                raise
+            return d, True
+        os.chmod(d, 0o755 if os.geteuid() == 0 and self.layers.get("uid_drop", True) else 0o700)
+        return d, False
+
+    def release_child_dir(self, d: str, quota: bool) -> str | None:
+        """Remove a child's temp dir (one lazy unmount frees everything a program put in its tmpfs); a warning
+        or None. Never raises."""
+        if quota:
+            mounts.unmount(d, self.libc)
+        try:
+            os.rmdir(d)
+            return None
+        except FileNotFoundError:
+            return None
+        except OSError:
+            why = tree.remove_tree(d)
+            return f"could not remove {d}: {why}" if why else None
+
+    def remove_base(self) -> None:
+        """At exit: unmount the base tmpfs with every child's (lazily) and remove the base dir."""
+        if self.private_ns:
+            mounts.unmount(self.base, self.libc)
+        tree.remove_tree(self.base)
+        try:
+            os.close(self._base_lock)
+        except OSError:
+            pass
 
     def send(self, msg: dict) -> None:
         protocol.write_all(self.out, protocol.encode(msg))
@@ -239,7 +282,8 @@ class Worker:
         root = os.geteuid() == 0
         report: dict = {"root": root}
         want = {"uid_drop": root and self.cfg.get("uid_drop", True),
-                "landlock": self.cfg.get("landlock", True), "seccomp": self.cfg.get("seccomp", True)}
+                "landlock": self.cfg.get("landlock", True), "seccomp": self.cfg.get("seccomp", True),
+                "tmp_quota_bytes": self.quota_bytes if self.quota_error is None else 0}
         try:
             seccomp_bpf.build(1)
         except seccomp_bpf.SeccompUnavailable as e:
@@ -257,17 +301,28 @@ class Worker:
             report["uid_range"] = f"uid {self.probe_uid} unusable here: every job uses uid {self.uid}"
             self.uid_max = self.probe_uid = self.uid
             self.cfg["uid_exclusive"] = False
+        if not want["landlock"] and self.private_ns:
+            # without landlock the world-writable dirs would be writable: read-only in this namespace
+            done = mounts.readonly_binds(WORLD_WRITABLE_DIRS, self.libc)
+            self.world_writable_dirs = [d for d in WORLD_WRITABLE_DIRS if d not in done]
+            report["readonly_dirs"] = done
+        self.layers["uid_drop"] = want["uid_drop"]  # for child_dir (final value below)
         r, w = os.pipe()
-        tmp = self._job_dir(self.probe_uid)
+        tmp, quota = self.child_dir()
+        if quota and want["uid_drop"]:
+            os.chown(tmp, self.probe_uid, self.probe_uid)
         ruleset = None
         try:
             if want["landlock"]:
-                ruleset, _abi = landlock.create_ruleset(self.read_paths, [tmp, "/dev/null"], self.libc)
+                writes = [tmp, "/dev/null"] if quota else ["/dev/null"]
+                ruleset, _abi = landlock.create_ruleset(self.read_paths + ([] if quota else [tmp]), writes, self.libc)
             pid = os.fork()
             if pid == 0:
                 try:
                     os.close(r)
-                    rep = child.probe(self._limits(1, 1 << 20), want, tmp, ruleset, self.probe_uid, self.probe_uid,
+                    lim = {"memory_bytes": int(self.cfg.get("memory_mb", 2048)) << 20, "open_files": 64,
+                           "processes": 256, "stack_bytes": 256 << 20}
+                    rep = child.probe(lim, want, tmp, ruleset, self.probe_uid, self.probe_uid,
                                       self.pid, self.libc, self.read_paths, self.path_fds)
                     os.write(w, json.dumps(rep).encode())
                 except BaseException as e:
@@ -287,8 +342,15 @@ class Worker:
                 os.close(w)
             if ruleset is not None:
                 os.close(ruleset)
-            shutil.rmtree(tmp, ignore_errors=True)
+            self.release_child_dir(tmp, quota)
         self.layers = {k: report.get(k) == "active" for k in ("uid_drop", "landlock", "seccomp")}
+        checks = report.get("checks") or {}
+        if self.quota_error is None and not checks.get("tmp_quota"):
+            self.quota_error = f"the tmpfs quota did not hold in the probe ({checks.get('tmp_quota_error')})"
+        self.layers["tmp_quota"] = self.quota_error is None
+        report["tmp_quota"] = ("active" if self.quota_error is None else
+                               f"unavailable: {self.quota_error}; the programs' temp dir is read-only")
+        report["tmp_quota_mb"], report["tmp_inodes"] = self.quota_bytes / MiB, self.quota_inodes
         if not (self.layers["landlock"] and self.layers["uid_drop"]):
             self._unmap_interpreter_dirs()
         if self.layers["seccomp"]:
@@ -309,475 +371,33 @@ class Worker:
         _, status = os.waitpid(pid, 0)
         return os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
 
-    # --- jobs --------------------------------------------------------------------------------------
-    def _job_dir(self, uid: int) -> str:
-        d = tempfile.mkdtemp(dir=self.base)
-        if os.geteuid() == 0 and self.layers.get("uid_drop", True):
-            os.chown(d, uid, uid)
-        os.chmod(d, 0o700)
-        return d
-
-    def _limits(self, n_tests: int, cap: int) -> dict:
-        c = self.cfg
-        per_test = float(c.get("timeout", 5.0))
-        return {"memory_bytes": int(c.get("memory_mb", 2048)) << 20,
-                "cpu_seconds": int(math.ceil(per_test * n_tests)), "per_test_cpu_seconds": per_test,
-                "file_size_bytes": cap + 1, "open_files": int(c.get("open_files", 64)),
-                "processes": int(c.get("processes", 256)), "stack_bytes": int(c.get("stack_mb", 256)) << 20}
-
-    def serve(self) -> None:
-        """W: hand the command pipe to one job process J at a time. The next J is forked (from this
-        pristine process) while the current one serves, and released as soon as the current one reports
-        its job done, so neither fork nor exit is on the critical path between jobs."""
-        finished: list[int] = []
+    # --- serving -----------------------------------------------------------------------------------------
+    def serve(self) -> int:
+        """Fork the job process M (it takes over the supervisor's pipes), then be the fork server until M exits;
+        returns M's exit code."""
         # every object alive now (the pre-imported modules) goes to the permanent generation: the garbage
-        # collector of a forked job process or child never walks them, so it does not copy their pages
+        # collector of a forked child never walks them, so it does not copy their pages
         gc.freeze()
-        nxt = self._fork_job_process()
-        try:
-            while True:
-                pid, go_w, status_r, _next_tmp = nxt
-                os.write(go_w, b"g")
-                os.close(go_w)
-                nxt = self._fork_job_process()
-                marks = b""
-                while not marks.endswith(b"D"):
-                    chunk = os.read(status_r, 64)
-                    if not chunk:  # J exited
-                        break
-                    marks += chunk
-                os.close(status_r)
-                if marks.endswith(b"D"):
-                    finished.append(pid)  # exiting by itself: reaped later
-                    _reap(finished, block=False)
-                    continue
-                _, status = os.waitpid(pid, 0)
-                self._clean_base(keep=nxt[3])  # J ended without finishing its job (the next J's dir stays)
-                code = os.WEXITSTATUS(status) if os.WIFEXITED(status) else -1
-                if code in (EXIT_REQUESTED, EXIT_EOF):
-                    return
-                if marks.endswith(b"S"):  # J died inside a job: answer for it (infrastructure failure)
-                    why = f"exit code {code}" if code >= 0 else f"signal {os.WTERMSIG(status)}"
-                    self.send({"op": "result", "i": -1, "status": "sandbox_error",
-                               "error": f"job process died ({why})"})
-                    self.send({"op": "done", "cleanup": None})
-        finally:
-            pid, go_w, status_r, _next_tmp = nxt
-            for fd in (go_w, status_r):
-                os.close(fd)
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            _reap(finished + [pid], block=True)
-
-    def _fork_job_process(self) -> tuple[int, int, int, str]:
-        """Fork a J that prepares its job (``prepare_job``, in a temp dir made here so that W knows its
-        name), waits for W's go (one byte on a pipe), then serves one job."""
-        tmp = tempfile.mkdtemp(prefix=NEXT_PREFIX, dir=self.base)
-        go_r, go_w = os.pipe2(os.O_CLOEXEC)
-        status_r, status_w = os.pipe2(os.O_CLOEXEC)
+        w_sock, m_sock = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         parent = os.getpid()
         pid = os.fork()
         if pid == 0:
             code = EXIT_CRASH
             try:
+                w_sock.close()
                 self.libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG: die with W
                 if os.getppid() != parent:
                     os._exit(EXIT_EOF)
-                os.close(go_w)
-                os.close(status_r)
-                self.pid = os.getpid()
-                try:
-                    prep = self.prepare_job(tmp)
-                except Exception:  # e.g. no space for the temp dir: run_job tries again and reports
-                    prep = None
-                go = os.read(go_r, 1)
-                os.close(go_r)
-                code = self._job_process(status_w, prep) if go == b"g" else EXIT_EOF
+                self.libc.prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0: its memory (every job) stays closed
+                code = jobs.JobServer(self, m_sock).serve()
+            except SystemExit as e:
+                code = e.code if isinstance(e.code, int) else EXIT_CRASH
             finally:
                 os._exit(code)
-        os.close(go_r)
-        os.close(status_w)
-        return pid, go_w, status_r, tmp
-
-    def _clean_base(self, keep: str | None = None) -> None:
-        try:
-            names = os.listdir(self.base)
-        except OSError:
-            return
-        for name in names:
-            path = os.path.join(self.base, name)
-            if path != keep:
-                shutil.rmtree(path, ignore_errors=True)
-
-    def _job_process(self, status_w: int, prep: dict | None) -> int:
-        """J: read messages until one job has been served; returns the exit code. ``prep``: what
-        ``prepare_job`` made while J waited for its turn (None if that failed)."""
-        self.pid = os.getpid()
-        self.cmd = protocol.LineReader(self.cmd_in)
-        while True:
-            try:
-                msg = self.cmd.read()
-            except (protocol.ChannelClosed, OSError, ValueError):
-                return EXIT_EOF
-            op = msg.get("op")
-            if op == "job":
-                os.write(status_w, b"S")
-                if msg.get("mode") == "call":
-                    msg["tests"] = decode_big_ints(msg["tests"])
-                self.cfg.update(msg.get("limits") or {})
-                self.run_job(msg, prep)
-                os.write(status_w, b"D")
-                return 0
-            if op == "ping":
-                self.send({"op": "pong"})
-            elif op == "exit":
-                if prep is not None:
-                    self.release_job(prep)
-                return EXIT_REQUESTED
-            # a late "stop"/"next" from a finished job is ignored
-
-    def _job_uid(self, job: dict) -> int:
-        uid = job.get("uid")
-        if isinstance(uid, int) and not isinstance(uid, bool) and self.uid <= uid <= self.uid_max:
-            return uid
-        return self.uid
-
-    # --- one job (in J) ------------------------------------------------------------------------------
-    def prepare_job(self, tmp: str | None = None, spawn: bool = True) -> dict:
-        """Everything of a job that does not depend on the job, done by J while it waits for its turn (off
-        the critical path): the temp dir ``tmp`` (``next-*``, root-owned, renamed ``job-*`` and given to the
-        job's uid when the job starts), the landlock ruleset, the memfds, and -- ``spawn`` -- a child forked
-        ahead, past sandbox stage 1, that waits for its spec."""
-        prep: dict = {"tmp": tmp or tempfile.mkdtemp(prefix=NEXT_PREFIX, dir=self.base), "fds": {}, "child": None}
-        os.chmod(prep["tmp"], 0o700)
-        fds = prep["fds"]
-        try:
-            fds["tmpdir_fd"] = os.open(prep["tmp"], os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
-            if self.layers.get("landlock"):
-                fds["ruleset"], _ = landlock.create_ruleset(self.read_paths, [prep["tmp"], "/dev/null"], self.libc)
-            else:
-                fds["ruleset"] = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
-            for name in ("stdin", "stdout", "stderr", "code"):  # "code": the children's compiled-code cache
-                fds[name] = os.memfd_create(f"mc-{name}", os.MFD_CLOEXEC)
-            if spawn:
-                prep["child"] = self._spawn(prep, None)
-        except BaseException:
-            self.release_job(prep)
-            raise
-        return prep
-
-    def release_job(self, prep: dict) -> str | None:
-        """Kill a child still alive, close the descriptors, remove the temp dir; returns a clean-up warning."""
-        if prep.get("child"):
-            _close_child(prep.pop("child"))
-        for fd in prep["fds"].values():
-            os.close(fd)
-        prep["fds"] = {}
-        shutil.rmtree(prep["tmp"], ignore_errors=True)
-        return f"could not remove {prep['tmp']}" if os.path.exists(prep["tmp"]) else None
-
-    def _spawn(self, prep: dict, spec: dict | None) -> dict:
-        """Fork a sandboxed child. ``spec`` None: it stops after stage 1 and reads its spec from the control
-        pipe (``_start``); else it runs the spec at once."""
-        result_r, result_w = os.pipe2(os.O_CLOEXEC)
-        ctl_r, ctl_w = os.pipe2(os.O_CLOEXEC)
-        pid = os.fork()
-        if pid == 0:
-            try:
-                child.run(spec, {**prep["fds"], "result": result_w, "ctl": ctl_r, "paths": self.path_fds,
-                                 "parent_pid": self.pid}, self.libc)
-            finally:
-                os._exit(122)
-        os.close(result_w)
-        os.close(ctl_r)
-        return {"pid": pid, "result": result_r, "ctl": ctl_w}
-
-    def run_job(self, job: dict, prep: dict | None = None) -> None:
-        uid = self._job_uid(job)
-        cleanup = None
-        try:
-            prep = prep or self.prepare_job(spawn=False)
-            job_dir = os.path.join(self.base, JOB_PREFIX + os.path.basename(prep["tmp"])[len(NEXT_PREFIX):])
-            os.rename(prep["tmp"], job_dir)  # the ruleset and a child forked ahead hold the inode, not the name
-            prep["tmp"] = job_dir
-            if os.geteuid() == 0 and self.layers.get("uid_drop", True):
-                os.chown(prep["tmp"], uid, uid)
-            self._run_tests(job, prep, uid)
-        except (protocol.ChannelClosed, BrokenPipeError):
-            raise SystemExit(0)
-        except Exception as e:  # infrastructure failure: report it, keep serving
-            self.send({"op": "result", "i": -1, "status": "sandbox_error", "error": f"worker: {type(e).__name__}: {e}"})
-        finally:
-            if prep is not None:
-                cleanup = self.release_job(prep)
-            if not self.layers.get("landlock") and self.layers.get("uid_drop") and self.cfg.get("uid_exclusive"):
-                remove_files_of(uid)
-        self.send({"op": "done", "cleanup": cleanup})
-
-    def _run_tests(self, job: dict, prep: dict, uid: int) -> None:
-        """One child runs the tests from ``i`` on until it ends; a child that ended early (crash, timeout,
-        state not reusable) is replaced by a fresh one for the rest, unless the supervisor says stop."""
-        tests = job["tests"]
-        n, i = len(tests), 0
-        while i < n:
-            nxt, stopped = self._run_child(job, prep, i, uid)
-            if stopped or nxt >= n:
-                return
-            self.send({"op": "await", "next": nxt})
-            while True:
-                reply = self.cmd.read().get("op")
-                if reply in ("next", "stop"):
-                    break
-            if reply == "stop":
-                return
-            i = nxt
-
-    def _run_child(self, job: dict, prep: dict, start: int, uid: int) -> tuple[int, bool]:
-        """Run tests ``start..`` in one child (the one forked ahead, else a fresh one). Returns (next index,
-        stopped)."""
-        tests = job["tests"]
-        stdin_mode = job["mode"] == "stdin"
-        caps = [int(c) for c in job["caps"]]
-        fds = prep["fds"]
-        if stdin_mode:
-            _load_stdin(fds, tests[start])
-        else:
-            _reset_stdio(fds)
-        nonce = os.urandom(16).hex()
-        spec = {"mode": job["mode"], "code": job["code"], "tmpdir": prep["tmp"], "nonce": nonce, "uid": uid, "gid": uid,
-                "parent_pid": self.pid, "layers": self.layers, "landlock": bool(self.layers.get("landlock")),
-                "fn_name": job.get("fn_name"), "arg_types": job.get("arg_types"),
-                "return_type": job.get("return_type"), "tests": None if stdin_mode else tests, "start": start,
-                "n_tests": len(tests), "limits": self._limits(n_remaining(tests, start), max(caps[start:]))}
-        t0 = time.monotonic()
-        kid = prep.pop("child", None)
-        if kid is not None:
-            try:
-                protocol.write_all(kid["ctl"], json.dumps(spec).encode() + b"\n")
-            except OSError:  # the child forked ahead is gone: start a fresh one
-                _close_child(kid)
-                kid = None
-        if kid is None:
-            kid = self._spawn(prep, spec)
-        try:
-            return self._monitor(job, kid, fds, start, caps, nonce, t0)
-        finally:
-            _close_child(kid)
-
-    def _monitor(self, job, kid, fds, start, caps, nonce, t0):
-        """Relay the child's per-test records as results (stdin: also feed it the next test) until it ends,
-        every test is done, the wall clock runs out or the supervisor says stop."""
-        stdin_mode = job["mode"] == "stdin"
-        tests = job["tests"]
-        n = len(tests)
-        pid, r = kid["pid"], kid["result"]
-        wall = float(self.cfg.get("wall_timeout") or 2 * float(self.cfg.get("timeout", 5.0)) + 1)
-        try:
-            pidfd = os.pidfd_open(pid)
-        except (AttributeError, OSError):
-            pidfd = None
-        buf, current, deadline = bytearray(), start, t0 + wall
-        timed_out = stopped = over_cap = is_ready = announced_exit = False
-        setup_error = None
-        record_bytes = 0  # result-pipe bytes since the last accepted record (bounded by the test's cap)
-        nonce_b = nonce.encode() + b" "
-        watch = [r, self.cmd.fd] + ([pidfd] if pidfd is not None else [])
-        exited = False
-        while current < n and not announced_exit:
-            if self.cmd.pending():
-                ready = {self.cmd.fd}
-            else:
-                now = time.monotonic()
-                if now >= deadline:
-                    timed_out = True
-                    break
-                wait = deadline - now if pidfd is not None else min(0.002, deadline - now)
-                ready = set(select.select(watch, [], [], wait)[0])
-            if r in ready:
-                chunk = os.read(r, 1 << 16)
-                if not chunk:
-                    watch.remove(r)
-                buf += chunk
-                record_bytes += len(chunk)
-                if record_bytes > caps[current] + 4096:
-                    over_cap = True
-                    break
-                batch = []  # the results of this chunk go out in one write
-                while (nl := buf.find(b"\n")) >= 0 and current < n and not announced_exit:
-                    line = bytes(buf[:nl])
-                    del buf[: nl + 1]
-                    rec = _record(line, nonce_b)
-                    if rec is None:
-                        continue  # not written by the driver (the program may write anything to fd 3)
-                    s = rec["s"]
-                    if s == "ready":
-                        is_ready = True
-                        continue
-                    if not is_ready:
-                        if s == "setup_failed":  # only before "ready": afterwards the program could forge it
-                            setup_error = rec.get("e")
-                        continue
-                    if rec.get("i") != current:
-                        continue
-                    now = time.monotonic()
-                    res = {"op": "result", "i": current, "time": round(now - t0, 6)}
-                    if stdin_mode and s == "end":
-                        res.update(_stdin_result(rec, fds, caps[current]))
-                        announced_exit = bool(rec.get("x")) or rec.get("r") == "memory"
-                    elif stdin_mode and s != "compile_error":
-                        continue
-                    else:
-                        res.update(status=s, value=rec.get("v"), error=rec.get("e"))
-                        announced_exit = s in ("memory", "compile_error")
-                    batch.append(protocol.encode(res))
-                    current += 1
-                    record_bytes = len(buf)
-                    t0, deadline = now, now + wall
-                    if stdin_mode and current < n and not announced_exit:
-                        _load_stdin(fds, tests[current])
-                        try:
-                            os.write(kid["ctl"], b"n")
-                        except OSError:
-                            pass  # the child is gone: seen below as its exit
-                if batch:
-                    protocol.write_all(self.out, b"".join(batch))
-            if self.cmd.fd in ready:
-                if self.cmd.read(timeout=1.0).get("op") == "stop":
-                    stopped = True
-                    break
-            if not exited and (pidfd in ready if pidfd is not None else _reaped(pid)):
-                exited = True
-                if pidfd is not None:
-                    watch.remove(pidfd)
-            if exited and r not in watch:
-                break
-        status = _kill_and_reap(pid)
-        if pidfd is not None:
-            os.close(pidfd)
-        kid["pid"] = None
-        if stopped:
-            return current, True
-        if current >= n or announced_exit:
-            return current, False
-        # the child ended (or was stopped) in the middle of test `current`: answer for it
-        res = {"op": "result", "i": current, "time": round(time.monotonic() - t0, 6),
-               "stderr": _read_tail(fds["stderr"], 2000)}
-        if not is_ready and not setup_error:
-            setup_error = (f"the child ended before the sandbox was ready ({_describe(status)})" if not timed_out
-                           else "the sandbox was not ready before the wall-clock limit")
-        if setup_error:
-            res.update(status="sandbox_error", error=f"sandbox setup failed: {setup_error}")
-        elif timed_out:
-            res.update(status="timeout", error=f"wall-clock limit {wall:.1f} s")
-        elif over_cap:
-            res.update(status="output_limit", error=f"result exceeds {caps[current]} bytes")
-        elif stdin_mode:
-            size = os.fstat(fds["stdout"]).st_size
-            if size > caps[current]:
-                res.update(status="output_limit", error=f"output exceeds {caps[current]} bytes")
-            else:
-                res.update(_exit_status(status, None))
-                if res["status"] == "ok":  # exited with code 0 (e.g. os._exit(0)) after writing its output
-                    res["stdout"] = os.pread(fds["stdout"], size, 0).decode("utf-8", "replace")
-        else:
-            st = _exit_status(status, None)
-            if st["status"] == "ok":
-                st = {"status": "exception", "error": "process exited (code 0) before returning a result"}
-            res.update(st)
-        self.send(res)
-        return current + 1, False
-
-
-def _record(line: bytes, nonce_b: bytes) -> dict | None:
-    """A status record of the driver, or None for anything else on the result pipe."""
-    if not line.startswith(nonce_b):
-        return None
-    try:
-        rec = json.loads(line[len(nonce_b):], parse_int=_small_int)
-    except (ValueError, RecursionError):
-        return None
-    if not isinstance(rec, dict) or rec.get("s") not in _RECORD_STATUSES:
-        return None
-    if not isinstance(rec.get("v"), (str, type(None))) or not isinstance(rec.get("e"), (str, type(None))):
-        return None
-    if rec.get("r", "ok") not in _END_STATUSES or not isinstance(rec.get("x", 0), int):
-        return None
-    return rec
-
-
-_END_STATUSES = frozenset({"ok", "exception", "memory"})
-
-
-def _reset_stdio(fds: dict) -> None:
-    for name in ("stdin", "stdout", "stderr"):
-        os.ftruncate(fds[name], 0)
-        os.lseek(fds[name], 0, os.SEEK_SET)
-
-
-def _load_stdin(fds: dict, data: str) -> None:
-    """Empty the stdio memfds and put the next test's input in stdin (the child reads from offset 0)."""
-    _reset_stdio(fds)
-    protocol.write_all(fds["stdin"], data.encode("utf-8", "surrogateescape"))
-    os.lseek(fds["stdin"], 0, os.SEEK_SET)
-
-
-def _stdin_result(rec: dict, fds: dict, cap: int) -> dict:
-    """The result of one stdin run that ended normally (its ``end`` record)."""
-    size = os.fstat(fds["stdout"]).st_size
-    out = {"stderr": _read_tail(fds["stderr"], 2000)}
-    if size > cap:
-        out.update(status="output_limit", error=f"output exceeds {cap} bytes")
-    elif rec.get("r") == "ok":
-        out.update(status="ok", error=None, stdout=os.pread(fds["stdout"], size, 0).decode("utf-8", "replace"))
-    else:
-        out.update(status=rec.get("r"), error=rec.get("e"))
-    return out
-
-
-def _close_child(kid: dict) -> None:
-    """Kill and reap a child (if still running) and close its pipes."""
-    if kid.get("pid"):
-        _kill_and_reap(kid["pid"])
-        kid["pid"] = None
-    for key in ("result", "ctl"):
-        if kid.get(key) is not None:
-            os.close(kid[key])
-            kid[key] = None
-
-
-_RECORD_STATUSES = frozenset({"ok", "exception", "memory", "unserialisable", "compile_error", "setup_failed", "end",
-                              "ready"})
-
-
-def _small_int(text: str) -> int:
-    """Integers in a record envelope are test indices; a forged megabyte-long literal would take this
-    process (which runs without the int-digit limit) minutes to convert."""
-    if len(text) > 20:
-        raise ValueError("integer literal too long")
-    return int(text)
-
-
-def _describe(status: int) -> str:
-    if os.WIFSIGNALED(status):
-        return f"signal {os.WTERMSIG(status)}"
-    return f"exit code {os.WEXITSTATUS(status)}"
-
-
-def decode_big_ints(v):
-    """Inverse of the supervisor's ``encode_big_ints`` (``{"__mc_bigint__": hex}`` -> int)."""
-    if isinstance(v, dict):
-        if len(v) == 1 and "__mc_bigint__" in v:
-            return int(v["__mc_bigint__"], 16)
-        return {k: decode_big_ints(x) for k, x in v.items()}
-    if isinstance(v, list):
-        return [decode_big_ints(x) for x in v]
-    return v
-
-
-def n_remaining(tests, start) -> int:
-    return max(1, len(tests) - start)
+        m_sock.close()
+        os.close(self.cmd_in)  # W never reads a job, nor writes to the supervisor after the hello
+        os.close(self.out)
+        return forkserver.ForkServer(self, w_sock).serve(pid)
 
 
 def _import_path_lists() -> list:
@@ -791,67 +411,6 @@ def _import_path_lists() -> list:
         if isinstance(path, list):
             out.append((path, list(path)))
     return out
-
-
-def _reap(pids: list, block: bool) -> None:
-    """waitpid the given children (those already gone are dropped from the list)."""
-    for pid in list(pids):
-        try:
-            done, _ = os.waitpid(pid, 0 if block else os.WNOHANG)
-        except ChildProcessError:
-            done = pid
-        if done:
-            pids.remove(pid)
-
-
-def _reaped(pid: int) -> bool:
-    try:
-        done, _ = os.waitpid(pid, os.WNOHANG)
-    except ChildProcessError:
-        return True
-    if done:
-        _STATUS[pid] = _
-    return bool(done)
-
-
-_STATUS: dict = {}
-
-
-def _kill_and_reap(pid: int) -> int:
-    """SIGKILL the child's process group (it called setsid) and the child; return its wait status."""
-    if pid in _STATUS:
-        return _STATUS.pop(pid)
-    for kill in (os.killpg, os.kill):
-        try:
-            kill(pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-    try:
-        _, status = os.waitpid(pid, 0)
-    except ChildProcessError:
-        status = 0
-    return status
-
-
-def _exit_status(status: int, end: dict | None) -> dict:
-    if os.WIFSIGNALED(status):
-        sig = os.WTERMSIG(status)
-        if sig == signal.SIGXCPU:
-            return {"status": "timeout", "error": "CPU time limit"}
-        name = signal.Signals(sig).name if sig in signal.Signals._value2member_map_ else str(sig)
-        return {"status": "signal", "error": f"killed by {name}"}
-    code = os.WEXITSTATUS(status)
-    if code == 0:
-        return {"status": "ok", "error": None}
-    if end and end.get("r") in ("memory", "compile_error", "exception"):
-        return {"status": end["r"], "error": end.get("e")}
-    return {"status": "exception", "error": f"exit code {code}"}
-
-
-def _read_tail(fd: int, n: int) -> str:
-    size = os.fstat(fd).st_size
-    off = max(0, size - n)
-    return os.pread(fd, size - off, off).decode("utf-8", "replace")
 
 
 def _terminate(signum, frame):
@@ -890,4 +449,4 @@ def main() -> None:
         if fatal is None:
             w.serve()
     finally:
-        shutil.rmtree(w.base, ignore_errors=True)
+        w.remove_base()

@@ -1,0 +1,490 @@
+"""The job process (M): reads jobs from the supervisor, runs each one in sandboxed children taken from the fork
+server (``forkserver``), enforces every per-test limit from outside the child, relays the results.
+
+Long-lived (one per worker): it holds the code, inputs and outputs of every job it served, in live or freed
+memory, which is why no sandboxed child is ever forked from it. Per test it enforces, none of which the program can
+lift: the wall clock (``wall_timeout``, from the test's start), the CPU budget (``cpu_clock.CpuBudget``: the
+child's process CPU clock, all threads), the cap on result bytes; and before a child runs another test (stdin mode:
+before each test; call mode: after each batch of results) it checks every resource limit and the scheduling of the
+child with ``prlimit``/``getpriority`` against what the job set, and takes a fresh child for the rest if anything
+changed.
+
+Verdict rule: ``sandbox_error`` only for what no program can cause: a child that could not be prepared or ended
+before its "ready" record (the program had not run yet), a missing exit status from the fork server, an exception
+here. Whatever a program does after "ready" (crash, stop or kill itself, close or fill descriptors, forge records,
+fill its temp dir) ends as a program status (exception, signal, timeout, memory, output_limit, ...).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import select
+import signal
+import time
+from collections import deque
+
+from . import forkserver, limits, protocol, records, tree
+from .cpu_clock import CpuBudget
+
+EXIT_REQUESTED, EXIT_EOF = 3, 4
+STATUS_WAIT_S = 10.0  # how long the fork server may take to report a child's exit
+CHILD_WAIT_S = 30.0  # ... or to hand over a child
+
+
+class ChildUnavailable(RuntimeError):
+    """The fork server could not provide a child (infrastructure)."""
+
+
+class Kid:
+    """A sandboxed child taken from the fork server: its pid, M's ends of its descriptors, its temp dir."""
+
+    def __init__(self, msg: dict, fds: list[int]):
+        self.pid = int(msg["pid"])
+        self.tmp, self.quota = msg["tmp"], bool(msg.get("quota"))
+        named = dict(zip(forkserver.CHILD_FDS, fds))
+        self.result, self.ctl = named.pop("result"), named.pop("ctl")
+        self.fds = named  # stdin, stdout, stderr, code memfds
+        self.pidfd = fds[len(forkserver.CHILD_FDS)] if msg.get("pidfd") and len(fds) > len(forkserver.CHILD_FDS) else None
+        self.status: int | None = None  # wait status, once the fork server reported it
+        self.killed = False
+        self.limits_text = b""  # /proc/<pid>/limits as last found unchanged
+
+    def kill(self) -> None:
+        """SIGKILL the child and its process group (it is a session leader; it cannot fork, but without seccomp
+        it could). Nothing to do once it has ended."""
+        if self.status is not None or self.killed:
+            return
+        self.killed = True
+        try:
+            if self.pidfd is not None:
+                signal.pidfd_send_signal(self.pidfd, signal.SIGKILL)
+            else:
+                os.kill(self.pid, signal.SIGKILL)
+        except (ProcessLookupError, OSError):
+            pass
+        try:
+            os.killpg(self.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def close_pipes(self) -> None:
+        for attr in ("result", "ctl"):
+            fd = getattr(self, attr)
+            if fd is not None:
+                os.close(fd)
+                setattr(self, attr, None)
+
+    def close(self) -> None:
+        self.close_pipes()
+        for fd in self.fds.values():
+            os.close(fd)
+        self.fds = {}
+        if self.pidfd is not None:
+            os.close(self.pidfd)
+            self.pidfd = None
+
+
+class JobServer:
+    """M's loop. ``worker``: the started-up :class:`~.worker.Worker`; ``sock``: M's end of the fork-server socket."""
+
+    def __init__(self, worker, sock):
+        self.w = worker
+        self.cfg = worker.cfg
+        self.layers = worker.layers
+        self.out = worker.out
+        self.cmd = protocol.LineReader(worker.cmd_in)
+        self.sock = sock
+        self.spare: deque[Kid] = deque()
+        self.live: dict[int, Kid] = {}  # taken by a job and not yet released
+        self.child_failed: str | None = None
+        self.scheduling = limits.scheduling_of(0)  # what a child inherits from the worker
+
+    def send(self, msg: dict) -> None:
+        protocol.write_all(self.out, protocol.encode(msg))
+
+    def serve(self) -> int:
+        """Serve jobs until the supervisor says exit (or goes away); returns the exit code."""
+        self._want()
+        while True:
+            try:
+                msg = self.cmd.read()
+            except (protocol.ChannelClosed, OSError, ValueError):
+                return EXIT_EOF
+            op = msg.get("op")
+            if op == "job":
+                if msg.get("mode") == "call":
+                    msg["tests"] = records.decode_big_ints(msg["tests"])
+                self.run_job(msg)
+            elif op == "ping":
+                self.send({"op": "pong"})
+            elif op == "exit":
+                return EXIT_REQUESTED
+            # a late "stop"/"next" from a finished job is ignored
+
+    # --- children from the fork server ---------------------------------------------------------------------
+    def _want(self) -> None:
+        forkserver.send(self.sock, {"op": "want"})
+
+    def _drain(self, timeout: float | None = 0.0) -> bool:
+        """Handle the fork server's messages; waits up to ``timeout`` s (None: forever) for the first one. False if
+        nothing came."""
+        got = False
+        while True:
+            if not got and timeout != 0.0:
+                if not select.select([self.sock], [], [], timeout)[0]:
+                    return False
+            msg, fds = forkserver.recv(self.sock, block=False)
+            if msg is None:
+                raise ChildUnavailable("the fork server is gone")
+            if not msg:
+                return got
+            got = True
+            op = msg.get("op")
+            if op == "child":
+                self.spare.append(Kid(msg, fds))
+            elif op == "child_failed":
+                self.child_failed = str(msg.get("error"))
+            elif op == "exit":
+                self._exited(int(msg["pid"]), int(msg["status"]))
+
+    def _exited(self, pid: int, status: int) -> None:
+        kid = self.live.get(pid)
+        if kid is not None:
+            kid.status = status
+            return
+        for kid in list(self.spare):  # a child forked ahead died before its job (e.g. the OOM killer)
+            if kid.pid == pid:
+                self.spare.remove(kid)
+                kid.status = status
+                self._release(kid)
+                self._want()
+
+    def take_child(self) -> Kid:
+        self._drain()
+        deadline = time.monotonic() + CHILD_WAIT_S
+        while not self.spare:
+            if self.child_failed:
+                why, self.child_failed = self.child_failed, None
+                self._want()
+                raise ChildUnavailable(f"cannot prepare a sandboxed child: {why}")
+            left = deadline - time.monotonic()
+            if left <= 0 or not self._drain(left):
+                raise ChildUnavailable(f"no sandboxed child from the fork server within {CHILD_WAIT_S:.0f} s")
+        kid = self.spare.popleft()
+        self.live[kid.pid] = kid
+        self._want()  # the next one is forked while this one runs
+        return kid
+
+    def _wait_ended(self, kid: Kid, timeout: float) -> bool:
+        """Whether the child has ended (waits up to ``timeout`` s): its pidfd turns readable when it exits, without a
+        round trip to the fork server; without a pidfd, its exit status from the fork server."""
+        if kid.status is not None:
+            return True
+        if kid.pidfd is not None:
+            return bool(select.select([kid.pidfd], [], [], timeout)[0])
+        return self._wait_status(kid, timeout)
+
+    def _wait_status(self, kid: Kid, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while kid.status is None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            self._drain(left)
+        return True
+
+    def _release(self, kid: Kid) -> str | None:
+        """Kill the child if still running, close its descriptors, remove its temp dir; a clean-up warning."""
+        kid.kill()
+        self.live.pop(kid.pid, None)
+        kid.close()
+        return self.w.release_child_dir(kid.tmp, kid.quota)
+
+    # --- one job ---------------------------------------------------------------------------------------------
+    def _job_uid(self, job: dict) -> int:
+        uid = job.get("uid")
+        if isinstance(uid, int) and not isinstance(uid, bool) and self.w.uid <= uid <= self.w.uid_max:
+            return uid
+        return self.w.uid
+
+    def _job_limits(self, job: dict) -> dict:
+        lim = job.get("limits") or {}
+        timeout = float(lim.get("timeout") or self.cfg.get("timeout", 5.0))
+        return {"timeout": timeout, "wall": float(lim.get("wall_timeout") or 2 * timeout + 1),
+                "memory_mb": int(lim.get("memory_mb") or self.cfg.get("memory_mb", 2048))}
+
+    def child_limits(self, lim: dict, n_tests: int, cap: int) -> dict:
+        """Keyword arguments of ``limits.planned_rlimits`` for a child that runs ``n_tests`` tests."""
+        c = self.cfg
+        return {"address_space_bytes": lim["memory_mb"] << 20,
+                "cpu_seconds": int(math.ceil(lim["timeout"] * n_tests)) + 1,  # backstop: the monitor is per test
+                "file_size_bytes": cap + 1, "open_files": int(c.get("open_files", 64)),
+                "processes": int(c.get("processes", 256)), "stack_bytes": int(c.get("stack_mb", 256)) << 20}
+
+    def run_job(self, job: dict) -> None:
+        uid = self._job_uid(job)
+        state = {"lim": self._job_limits(job), "kids": [], "code": None, "uid": uid}
+        try:
+            self._run_tests(job, state)
+        except (protocol.ChannelClosed, BrokenPipeError):
+            raise SystemExit(EXIT_EOF)
+        except Exception as e:  # infrastructure failure: report it, keep serving
+            self.send({"op": "result", "i": -1, "status": "sandbox_error", "error": f"worker: {type(e).__name__}: {e}"})
+        cleanup = self._end_job(state)
+        self.send({"op": "done", "cleanup": cleanup})
+
+    def _end_job(self, state: dict) -> str | None:
+        warnings = []
+        sweep = not self.layers.get("landlock") and self.layers.get("uid_drop") and self.cfg.get("uid_exclusive")
+        if sweep:
+            # without landlock the program could write to world-writable dirs: once its processes are gone,
+            # whatever its (slot-exclusive) uid owns there is its own
+            for kid in state["kids"]:
+                kid.kill()
+                if not self._wait_ended(kid, STATUS_WAIT_S):
+                    warnings.append(f"child {kid.pid} did not end")
+        for kid in state["kids"]:
+            warn = self._release(kid)
+            if warn:
+                warnings.append(warn)
+        if state["code"] is not None:
+            os.close(state["code"])
+        if sweep:
+            warn = tree.remove_owned_by(state["uid"], self.w.world_writable_dirs)
+            if warn:
+                warnings.append(warn)
+        return "; ".join(warnings)[:2000] or None
+
+    def _run_tests(self, job: dict, state: dict) -> None:
+        """One child runs the tests from ``i`` on until it ends; a child that ended early (crash, timeout, state or
+        limits not reusable) is replaced by a fresh one for the rest, unless the supervisor says stop."""
+        n, i = len(job["tests"]), 0
+        while i < n:
+            nxt, stopped = self._run_child(job, state, i)
+            if stopped or nxt >= n:
+                return
+            self.send({"op": "await", "next": nxt})
+            while True:
+                reply = self.cmd.read().get("op")
+                if reply in ("next", "stop"):
+                    break
+            if reply == "stop":
+                return
+            i = nxt
+
+    def _run_child(self, job: dict, state: dict, start: int) -> tuple[int, bool]:
+        """Run tests ``start..`` in one child. Returns (next index, stopped)."""
+        tests, lim, uid = job["tests"], state["lim"], state["uid"]
+        stdin_mode = job["mode"] == "stdin"
+        caps = [int(c) for c in job["caps"]]
+        child_lim = self.child_limits(lim, max(1, len(tests) - start), max(caps[start:]))
+        nonce = os.urandom(16).hex()
+        spec = {"mode": job["mode"], "code": job["code"], "nonce": nonce, "uid": uid, "gid": uid,
+                "parent_pid": self.w.pid, "layers": self.layers, "landlock": bool(self.layers.get("landlock")),
+                "fn_name": job.get("fn_name"), "arg_types": job.get("arg_types"),
+                "return_type": job.get("return_type"), "tests": None if stdin_mode else tests, "start": start,
+                "n_tests": len(tests), "limits": {**child_lim, "memory_bytes": child_lim["address_space_bytes"],
+                                                  "per_test_cpu_seconds": lim["timeout"]}}
+        for _attempt in range(3):
+            kid = self.take_child()
+            state["kids"].append(kid)
+            self._assign(kid, state, uid)
+            if stdin_mode:
+                records.load_stdin(kid.fds, tests[start])
+            else:
+                records.reset_stdio(kid.fds)
+            spec["tmpdir"] = kid.tmp
+            try:
+                protocol.write_all(kid.ctl, json.dumps(spec).encode() + b"\n")
+                break
+            except OSError:  # the child forked ahead is gone: take another
+                self._release(kid)
+                state["kids"].remove(kid)
+        else:
+            raise ChildUnavailable("three sandboxed children in a row died before their job")
+        planned = limits.planned_rlimits(**child_lim)
+        try:
+            return self._monitor(job, kid, start, caps, nonce, lim, planned)
+        finally:
+            kid.kill()
+            kid.close_pipes()
+
+    def _assign(self, kid: Kid, state: dict, uid: int) -> None:
+        """Give the child's temp dir to the job's uid (quota tmpfs only: otherwise it stays read-only), and the
+        compiled code of the job's first child to this one."""
+        if kid.quota and os.geteuid() == 0 and self.layers.get("uid_drop"):
+            os.chown(kid.tmp, uid, uid)
+        if state["code"] is None:
+            state["code"] = os.dup(kid.fds["code"])
+        else:
+            _copy_file(state["code"], kid.fds["code"])
+
+    def _limits_changed(self, kid: Kid, planned: list) -> bool:
+        """Whether the child changed any of its resource limits or its scheduling (then it must not run another
+        test: a fresh child runs the rest). Read from outside (``/proc/<pid>/limits``, ``getpriority``,
+        ``sched_getscheduler``): the program cannot fake it. The limits text is parsed once per child; later checks
+        compare bytes."""
+        try:
+            text = limits.limits_text(kid.pid)
+            if text != kid.limits_text:
+                if limits.parse_limits(text) != planned:
+                    return True
+                kid.limits_text = text
+            return limits.scheduling_of(kid.pid) != self.scheduling
+        except (ProcessLookupError, ValueError):  # gone (or a limits file this parser does not know)
+            return True
+
+    def _monitor(self, job, kid: Kid, start, caps, nonce, lim, planned):
+        """Relay the child's per-test records as results (stdin: also feed it the next test) until it ends, every
+        test is done, a limit is reached, its limits changed or the supervisor says stop."""
+        stdin_mode = job["mode"] == "stdin"
+        tests = job["tests"]
+        n = len(tests)
+        r = kid.result
+        wall, budget = lim["wall"], lim["timeout"]
+        t0 = time.monotonic()
+        cpu = CpuBudget(kid.pid, budget)
+        buf, current, deadline, cpu_due = bytearray(), start, t0 + wall, math.inf
+        timed_out = cpu_out = stopped = over_cap = is_ready = announced_exit = False
+        setup_error = None
+        record_bytes = 0  # result-pipe bytes since the last accepted record (bounded by the test's cap)
+        nonce_b = nonce.encode() + b" "
+        watch = [r, self.cmd.fd, self.sock]
+        while current < n and not announced_exit:
+            if kid.status is not None and r not in watch:
+                break  # the child ended and everything it wrote has been read
+            now = time.monotonic()
+            if now >= cpu_due:
+                if cpu.exceeded():
+                    cpu_out = True
+                    break
+                cpu_due = cpu.next_check(now)
+            if self.cmd.pending():
+                ready = {self.cmd.fd}
+            else:
+                if now >= deadline:
+                    timed_out = True
+                    break
+                ready = set(select.select(watch, [], [], min(deadline, cpu_due) - now)[0])
+            if self.sock in ready:
+                self._drain()
+            if r in ready:
+                chunk = os.read(r, 1 << 16)
+                if not chunk:
+                    watch.remove(r)
+                buf += chunk
+                record_bytes += len(chunk)
+                if record_bytes > caps[current] + 4096:
+                    over_cap = True
+                    break
+                batch = []  # the results of this chunk go out in one write
+                while (nl := buf.find(b"\n")) >= 0 and current < n and not announced_exit:
+                    line = bytes(buf[:nl])
+                    del buf[: nl + 1]
+                    rec = records.parse_record(line, nonce_b)
+                    if rec is None:
+                        continue  # not written by the driver (the program may write anything to fd 3)
+                    s = rec["s"]
+                    if s == "ready":
+                        if not is_ready:  # the program starts now: so does the first test's CPU budget
+                            is_ready = True
+                            cpu.start(rec.get("c"))
+                            cpu_due = cpu.next_check(time.monotonic())
+                        continue
+                    if not is_ready:
+                        if s == "setup_failed":  # only before "ready": afterwards the program could forge it
+                            setup_error = rec.get("e")
+                        continue
+                    if rec.get("i") != current:
+                        continue
+                    now = time.monotonic()
+                    res = {"op": "result", "i": current, "time": round(now - t0, 6)}
+                    if stdin_mode and s == "end":
+                        res.update(records.stdin_result(rec, kid.fds, caps[current]))
+                        announced_exit = bool(rec.get("x")) or rec.get("r") == "memory"
+                    elif stdin_mode and s != "compile_error":
+                        continue
+                    else:
+                        res.update(status=s, value=records.value_bytes(rec.get("v")), error=rec.get("e"))
+                        announced_exit = s in ("memory", "compile_error")
+                    batch.append(protocol.encode(res))
+                    current += 1
+                    record_bytes = len(buf)
+                    t0, deadline = now, now + wall
+                    if stdin_mode and current < n and not announced_exit:
+                        if self._limits_changed(kid, planned):
+                            announced_exit = True  # not reused: a fresh child for the rest
+                            break
+                        records.load_stdin(kid.fds, tests[current])
+                        cpu.start()
+                        cpu_due = cpu.next_check(now)
+                        try:
+                            os.write(kid.ctl, b"n")
+                        except OSError:
+                            pass  # the child is gone: seen below as its exit
+                    elif not stdin_mode:
+                        cpu.start(rec.get("c"))  # it is already running the next call
+                        cpu_due = cpu.next_check(now)
+                if batch:
+                    protocol.write_all(self.out, b"".join(batch))
+                    if not stdin_mode and current < n and not announced_exit and self._limits_changed(kid, planned):
+                        announced_exit = True  # its next calls run in a fresh child
+            if self.cmd.fd in ready:
+                if self.cmd.read(timeout=1.0).get("op") == "stop":
+                    stopped = True
+                    break
+        if stopped:
+            return current, True
+        if current >= n or announced_exit:
+            return current, False
+        # the child ended (or was stopped) in the middle of test `current`: answer for it
+        ended_by_itself = not (timed_out or cpu_out or over_cap)
+        if ended_by_itself and not self._wait_status(kid, STATUS_WAIT_S):
+            raise ChildUnavailable(f"no exit status for child {kid.pid} from the fork server")
+        res = {"op": "result", "i": current, "time": round(time.monotonic() - t0, 6),
+               "stderr": records.read_tail(kid.fds["stderr"], 2000)}
+        if not is_ready and not setup_error:
+            setup_error = (f"the child ended before the sandbox was ready ({records.describe(kid.status)})"
+                           if ended_by_itself else "the sandbox was not ready before the wall-clock limit")
+        if setup_error:
+            res.update(status="sandbox_error", error=f"sandbox setup failed: {setup_error}")
+        elif timed_out:
+            res.update(status="timeout", error=f"wall-clock limit {wall:.1f} s")
+        elif cpu_out:
+            res.update(status="timeout", error=f"CPU time limit {budget:g} s")
+        elif over_cap:
+            res.update(status="output_limit", error=f"result exceeds {caps[current]} bytes")
+        elif stdin_mode:
+            size = os.fstat(kid.fds["stdout"]).st_size
+            if size > caps[current]:
+                res.update(status="output_limit", error=f"output exceeds {caps[current]} bytes")
+            else:
+                res.update(records.exit_status(kid.status))
+                if res["status"] == "ok":  # exited with code 0 (e.g. os._exit(0)) after writing its output
+                    res["stdout"] = records.read_output(kid.fds["stdout"], size)
+        else:
+            st = records.exit_status(kid.status)
+            if st["status"] == "ok":
+                st = {"status": "exception", "error": "process exited (code 0) before returning a result"}
+            res.update(st)
+        self.send(res)
+        return current + 1, False
+
+
+def _copy_file(src: int, dst: int) -> None:
+    """Copy the content of ``src`` into ``dst`` in the kernel (no byte of it enters this process)."""
+    size = os.fstat(src).st_size
+    off = 0
+    try:
+        while off < size:
+            n = os.copy_file_range(src, dst, size - off, off, off)
+            if n <= 0:
+                break
+            off += n
+    except OSError:
+        try:
+            os.ftruncate(dst, 0)  # the child compiles instead
+        except OSError:
+            pass
