@@ -57,6 +57,10 @@ Configuration (constructor arguments, or environment variables for the process-w
   preimport      MICROCODER_SANDBOX_PREIMPORT     extra modules imported by the workers (comma list)
   extra_read_paths MICROCODER_SANDBOX_READ_PATHS  extra read-only paths for the programs (``:`` list)
   tmp_root       MICROCODER_SANDBOX_TMPDIR        where the per-job temp dirs live (default: $TMPDIR or /tmp)
+  tmp_quota_mb   MICROCODER_SANDBOX_TMP_QUOTA_MB  size of a program's temp dir (a tmpfs of its own, 64 MiB); where
+                                                  the worker cannot mount (no CAP_SYS_ADMIN) the temp dir is
+                                                  read-only instead; 0: always read-only
+  tmp_inodes     MICROCODER_SANDBOX_TMP_INODES    files + directories in that tmpfs (4096)
 """
 
 from __future__ import annotations
@@ -74,9 +78,9 @@ from microcoder_ext.core import verdicts as V
 from .concurrency import LocalSlots, NodeSlots, SlotsUnavailable, available_cores
 from .ground_truth import TestCase, TestSuite
 # shared with the other backends (judge.py); re-exported here for existing importers
-from .judge import (BIG_INT_KEY, MiB, _STATUS_VERDICT, _env, _json_size, _parse_value,  # noqa: F401
+from .judge import (BIG_INT_KEY, MiB, _STATUS_VERDICT, _env, _json_size,  # noqa: F401
                     encode_big_ints, judge, output_cap)
-from .result import EvalResult
+from .result import EvalResult, safe_text
 from .worker_client import WorkerError, WorkerProcess
 
 log = logging.getLogger("microcoder_ext.reward")
@@ -109,6 +113,8 @@ class EngineConfig:
     preimport: list = field(default_factory=list)
     extra_read_paths: list = field(default_factory=list)
     tmp_root: str | None = None
+    tmp_quota_mb: float = 64.0
+    tmp_inodes: int = 4096
     debug: bool = False
 
     @classmethod
@@ -128,6 +134,8 @@ class EngineConfig:
                    preimport=[m for m in _env("MICROCODER_SANDBOX_PREIMPORT", "").split(",") if m.strip()],
                    extra_read_paths=[p for p in _env("MICROCODER_SANDBOX_READ_PATHS", "").split(os.pathsep) if p],
                    tmp_root=_env("MICROCODER_SANDBOX_TMPDIR", None),
+                   tmp_quota_mb=_env("MICROCODER_SANDBOX_TMP_QUOTA_MB", 64.0, float),
+                   tmp_inodes=_env("MICROCODER_SANDBOX_TMP_INODES", 4096, int),
                    debug=_env("MICROCODER_SANDBOX_DEBUG", False, bool))
 
     def slot_count(self) -> int:
@@ -139,7 +147,8 @@ class EngineConfig:
                 "require_seccomp": self.require_seccomp, "seccomp": self.seccomp, "landlock": self.landlock,
                 "uid_drop": self.uid_drop, "require_uid_drop": self.require_uid_drop,
                 "preimport": list(self.preimport), "extra_read_paths": list(self.extra_read_paths),
-                "tmp_root": self.tmp_root, "timeout": self.timeout, "memory_mb": self.memory_mb,
+                "tmp_root": self.tmp_root, "tmp_quota_mb": self.tmp_quota_mb, "tmp_inodes": self.tmp_inodes,
+                "timeout": self.timeout, "memory_mb": self.memory_mb,
                 "debug": self.debug}
 
 
@@ -386,6 +395,8 @@ class Engine:
                 if msg.get("status") == "sandbox_error" or not isinstance(i, int) or not 0 <= i < n:
                     infra = infra or (msg.get("error") or f"bad result index {i!r}")
                     ok, verdict, detail = False, V.SANDBOX_ERROR, infra
+                elif stop_first and first_fail is not None:
+                    continue  # the verdict is decided: results the worker sent before the stop are not judged
                 else:
                     ok, verdict, detail = self.judge(suite.tests[i], msg, suite)
                 if ok:
@@ -405,7 +416,8 @@ class Engine:
             else:
                 raise WorkerError(f"unexpected message {op!r}")
         if msg.get("cleanup"):
-            log.warning("microcoder reward sandbox: %s", msg["cleanup"])
+            # names in it come from the program's own tree: escaped and bounded like every result string
+            log.warning("microcoder reward sandbox: %s", safe_text(msg["cleanup"], 1000))
         if infra:
             return EvalResult(V.SANDBOX_ERROR, n, passed, f"sandbox: {infra}")
         if first_fail is not None:

@@ -12,12 +12,12 @@ nor ``backends`` (``tests/reward/test_import_structure.py`` checks it).
 
 from __future__ import annotations
 
-import json
 import os
 
 from microcoder_ext.core import verdicts as V
 
-from .compare import big_int, compare_stdout, compare_values
+from .compare import as_bytes, compare_stdout
+from .json_match import Mismatch, TooLarge, checker_budget, match_json, parse_bounded
 from .ground_truth import TestCase, TestSuite
 
 MiB = 1 << 20
@@ -39,26 +39,36 @@ def _env(name: str, default, cast=str):
 
 
 def judge(test: TestCase, msg: dict, suite: TestSuite) -> tuple[bool, str, str]:
-    """Compare one worker result with the expected output: ``(passed, verdict if failed, detail)``."""
+    """Compare one worker result with the expected output: ``(passed, verdict if failed, detail)``.
+
+    ``msg["stdout"]`` (stdin mode) and ``msg["value"]`` (call mode: the return value's JSON text) may be ``bytes``
+    (the local sandbox sends them undecoded) or ``str``; neither is ever decoded or parsed whole (:mod:`.compare`,
+    :mod:`.json_match`): time is linear in the output and memory bounded by the expected value."""
     status = msg.get("status")
     if status != "ok":
         verdict = _STATUS_VERDICT.get(status, V.SANDBOX_ERROR)
         err = str(msg.get("error") or status)
         if status == "signal" and msg.get("stderr"):
-            err += f"; stderr: {msg['stderr'][-200:]}"
+            err += f"; stderr: {str(msg['stderr'])[-200:]}"
         return False, verdict, err[-300:]
     if suite.mode == "stdin":
         actual = msg.get("stdout")
-        if not isinstance(actual, str):
+        if not isinstance(actual, (str, bytes, bytearray)):
             return False, V.SANDBOX_ERROR, "worker returned no stdout"
     else:
-        try:
-            actual = _parse_value(msg.get("value"), test.expected)
-        except (TypeError, ValueError, RecursionError) as e:
-            return False, V.WRONG_ANSWER, f"return value not decodable: {e}"
+        actual = msg.get("value")
+        if not isinstance(actual, (str, bytes, bytearray)):
+            return False, V.WRONG_ANSWER, f"return value is {type(actual).__name__}, not JSON text"
     if suite.checker is not None:
         try:
-            ok = bool(suite.checker(test.input, test.expected, actual))
+            if suite.mode == "stdin":
+                value = as_bytes(actual).decode("utf-8", "replace")
+            else:
+                value = parse_bounded(actual, **checker_budget(test.expected))
+        except (TooLarge, Mismatch, ValueError, RecursionError) as e:
+            return False, V.WRONG_ANSWER, f"return value not accepted: {e}"[:300]
+        try:
+            ok = bool(suite.checker(test.input, test.expected, value))
         except Exception as e:  # a checker raising on malformed output rejects it
             return False, V.WRONG_ANSWER, f"checker rejected output ({type(e).__name__}: {e})"[:300]
         return ok, V.WRONG_ANSWER, "checker accepted" if ok else "checker rejected output"
@@ -67,44 +77,11 @@ def judge(test: TestCase, msg: dict, suite: TestSuite) -> tuple[bool, str, str]:
                                  case_sensitive=suite.case_sensitive, line_sensitive=suite.line_sensitive,
                                  unordered=suite.unordered)
     else:
-        ok, why = compare_values(test.expected, actual, float_tol=suite.float_tol, unordered=suite.unordered)
+        ok, why = match_json(test.expected, actual, float_tol=suite.float_tol, unordered=suite.unordered)
         if not ok and test.apps_unwrap and isinstance(test.expected, list) and len(test.expected) == 1:
-            ok2, _ = compare_values(test.expected[0], actual, float_tol=suite.float_tol, unordered=suite.unordered)
+            ok2, _ = match_json(test.expected[0], actual, float_tol=suite.float_tol, unordered=suite.unordered)
             ok = ok2 or ok
     return ok, V.WRONG_ANSWER, why
-
-
-class _TooLong(float):
-    """An integer literal longer than any integer of the expected value: it cannot be equal to one."""
-
-    def __new__(cls):
-        return super().__new__(cls, "nan")
-
-    def __repr__(self):
-        return "<integer longer than expected>"
-
-
-def _max_int_digits(v, depth: int = 0) -> int:
-    if isinstance(v, bool) or depth > 200:
-        return 0
-    if isinstance(v, int):
-        return v.bit_length() * 30103 // 100000 + 2
-    if isinstance(v, (list, tuple)):
-        return max((_max_int_digits(x, depth + 1) for x in v), default=0)
-    if isinstance(v, dict):
-        return max((_max_int_digits(x, depth + 1) for x in v.values()), default=0)
-    return 0
-
-
-def _parse_value(text, expected):
-    """``compare.parse_json_value`` with one guard: decimal-to-int conversion is quadratic in CPython, so
-    a returned (or forged) integer of megabytes of digits would stall the supervisor (the trainer's reward
-    thread) for minutes. An integer literal with more digits than any integer of the expected value
-    (at least 4300) cannot equal one and is decoded as NaN, which equals nothing."""
-    if not isinstance(text, str):
-        raise TypeError(f"value is {type(text).__name__}, not JSON text")
-    limit = max(4300, _max_int_digits(expected) + 2)
-    return json.loads(text, parse_int=lambda t: big_int(t) if len(t) <= limit else _TooLong())
 
 
 def output_cap(expected, output_limit: int) -> int:
