@@ -146,3 +146,30 @@ def default_engine(sandbox_dirs):
     assert eng.fatal is None, eng.fatal
     yield eng
     eng.close()
+
+
+#: what one hostile program may cost the host (issue 16): no thread of the host frozen for longer than this (the
+#: backtracking regex froze it for minutes), and RSS growth within 4x the default 16 MiB output cap
+HOSTILE_STALL_LIMIT_MS = 500
+HOSTILE_RSS_LIMIT_MB = 4 * 16
+
+
+@pytest.fixture
+def hostile(default_engine, sandbox_dirs, sandbox_uids):
+    """hostile(code, ground_truth, **options) -> ``hostile_host.Observation`` of one real call of the default-
+    configuration engine. Asserts what must hold for ANY program: a program verdict (never ``sandbox_error``),
+    nothing left behind (files, processes, shared memory), no stall of the host's threads, bounded RSS growth; and,
+    after the test, that the same engine still judges a correct and a wrong program right."""
+    from hostile_host import assert_still_judges, observe
+
+    def run(code, gt, **options):
+        obs = observe(default_engine, code, gt, uid_range=sandbox_uids, tmp_root=sandbox_dirs["tmp_root"], **options)
+        print(obs)
+        assert obs.verdict != "sandbox_error", obs
+        assert not obs.leftovers, obs
+        assert obs.max_stall_ms < HOSTILE_STALL_LIMIT_MS, obs
+        assert obs.rss_growth_mb < HOSTILE_RSS_LIMIT_MB, obs
+        return obs
+
+    yield run
+    assert_still_judges(default_engine)

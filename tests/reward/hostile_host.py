@@ -101,12 +101,16 @@ def sandbox_processes(uid_min: int, uid_max: int) -> list[int]:
 
 
 def _files_under(root: str) -> list[str]:
-    """Every path below ``root`` except the engine's own long-lived worker dirs' top level."""
+    """What a job left under the engine's temp root: everything inside a worker's base dir except the empty dirs
+    a worker prepares ahead for its next job (``next-*``)."""
     out = []
     for dirpath, dirnames, filenames in os.walk(root):
         rel = os.path.relpath(dirpath, root)
         depth = 0 if rel == "." else rel.count(os.sep) + 1
-        if depth >= 1:  # inside a worker's base dir: job dirs and anything a program left
+        if depth == 1:  # a worker's base dir
+            out += [os.path.join(dirpath, n) for n in dirnames + filenames
+                    if not (n.startswith("next-") and n in dirnames and not os.listdir(os.path.join(dirpath, n)))]
+        elif depth >= 2:
             out += [os.path.join(dirpath, n) for n in dirnames + filenames]
     return out
 
