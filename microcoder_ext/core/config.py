@@ -49,7 +49,7 @@ import torch
 
 from microcoder_ext.core.diversity import METRICS
 from microcoder_ext.core.masking import validate_mask_args
-from microcoder_ext.core.temperature import (
+from microcoder_ext.core.schedule import (
     MIN_STAGE_STEPS,
     MODES as TEMPERATURE_MODES,
     STARTS as TEMPERATURE_STARTS,

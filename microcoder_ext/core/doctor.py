@@ -56,7 +56,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
 from microcoder_ext.core.config import ConfigError, MaskConfig, TemperatureConfig, parse_temperature_config
-from microcoder_ext.core.temperature import (
+from microcoder_ext.core.schedule import (
     MIN_STAGE_STEPS,
     MIN_TEMPERATURE_STEP,
     validate_candidates,

@@ -43,6 +43,7 @@ import zlib
 from typing import Any, Iterator
 
 from .problem import Problem
+from .rows import Drop, load_rows
 
 #: problems added by each release (half-open ISO-day windows on contest_date); see the module docstring
 RELEASE_WINDOWS: dict[str, tuple[str, str]] = {
@@ -302,9 +303,7 @@ def read_lcb(path_or_hub_id, *, start_date: str | None = None, end_date: str | N
     the window of :data:`RELEASE_WINDOWS`, explicit dates override its ends), from a local JSONL/parquet file
     (or directory) or the hub (``livecodebench/code_generation_lite``; with ``release`` only that release's
     files are fetched). Rows that cannot be converted are skipped; pass ``drops`` (a list) to receive a
-    :class:`~microcoder_ext.data.sources.Drop` for each."""
-    from .sources import Drop, load_rows
-
+    :class:`~microcoder_ext.data.rows.Drop` for each."""
     start, end = window(release, start_date, end_date)
     files = RELEASE_FILES.get(release) if release else None
     for i, row in enumerate(load_rows(str(path_or_hub_id), hub_files=files)):

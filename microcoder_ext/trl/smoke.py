@@ -130,7 +130,7 @@ def plan(launch: Sequence[str], opts: SmokeOptions, work: Path) -> TrlSmokePlan:
     mode = getattr(args, "mc.temperature.mode", None) or args.temperature_mode
     stages = getattr(args, "mc.temperature.stages", None)
     if mode == "staged" and stages:
-        from microcoder_ext.core.temperature import normalize_stages
+        from microcoder_ext.core.schedule import normalize_stages
 
         parsed = normalize_stages(json.loads(stages) if isinstance(stages, str) else stages)
         if parsed and parsed[-1][0] >= opts.steps:

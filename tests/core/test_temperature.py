@@ -9,9 +9,8 @@ import pytest
 import torch
 
 from microcoder_ext.core.config import ConfigError, TemperatureConfig
+from microcoder_ext.core.schedule import MIN_STAGE_STEPS, MIN_TEMPERATURE_STEP
 from microcoder_ext.core.temperature import (
-    MIN_STAGE_STEPS,
-    MIN_TEMPERATURE_STEP,
     ProbeResult,
     TemperatureController,
     probe,

@@ -1,0 +1,147 @@
+"""The package's import graph, read from the source (every ``import`` / ``from ... import`` at any level of a file,
+functions included, relative imports resolved, plus ``importlib.import_module("literal")``):
+
+* no import cycle anywhere in ``microcoder_ext``;
+* data flows one way, core <- reward / adapters <- cli: ``microcoder_ext.core`` and ``microcoder_ext.reward``
+  never reach verl, OpenRLHF, TRL or the command-line package (directly or through another module of ours);
+* nothing but the command-line package itself imports ``microcoder_ext.cli`` (the console script and the tests do).
+"""
+
+import ast
+import pathlib
+
+import pytest
+
+import microcoder_ext
+
+PKG = "microcoder_ext"
+ROOT = pathlib.Path(microcoder_ext.__file__).parent
+FRAMEWORKS = ("verl", "openrlhf", "trl")
+CLI = f"{PKG}.cli"
+#: packages that must stay framework-free and below the command line
+LOWER = (f"{PKG}.core", f"{PKG}.reward")
+
+
+def _modules() -> dict[str, pathlib.Path]:
+    mods = {}
+    for path in ROOT.rglob("*.py"):
+        parts = list(path.relative_to(ROOT).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        mods[".".join([PKG, *parts])] = path
+    return mods
+
+
+def _targets(node: ast.AST, base: list[str], known: set[str]) -> list[str]:
+    """Dotted names an AST node imports (``from X import y`` names submodule ``X.y`` when there is one)."""
+    if isinstance(node, ast.Import):
+        return [a.name for a in node.names]
+    if isinstance(node, ast.ImportFrom):
+        if node.level:
+            anchor = base[:len(base) - node.level + 1]
+            mod = ".".join(anchor + ([node.module] if node.module else []))
+        else:
+            mod = node.module or ""
+        return [f"{mod}.{a.name}" if f"{mod}.{a.name}" in known else mod for a in node.names]
+    if isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant) \
+            and isinstance(node.args[0].value, str):
+        fn = node.func
+        name = fn.attr if isinstance(fn, ast.Attribute) else fn.id if isinstance(fn, ast.Name) else None
+        if name == "import_module":
+            return [node.args[0].value]
+    return []
+
+
+def _graph() -> tuple[dict[str, set[str]], dict[str, set[str]]]:
+    """(module -> modules of the package it imports, module -> top-level names of other packages it imports)."""
+    mods = _modules()
+    known = set(mods)
+    internal: dict[str, set[str]] = {}
+    external: dict[str, set[str]] = {}
+    for name, path in mods.items():
+        base = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+        inside, outside = set(), set()
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            for t in _targets(node, base, known):
+                if t == PKG or t.startswith(PKG + "."):
+                    # ``import microcoder_ext.a.b`` without a module of that name: its closest known parent
+                    while t not in known and "." in t:
+                        t = t.rsplit(".", 1)[0]
+                    if t != name:
+                        inside.add(t)
+                else:
+                    outside.add(t.split(".")[0])
+        internal[name], external[name] = inside, outside
+    return internal, external
+
+
+def _reach(graph: dict[str, set[str]], start: str) -> dict[str, str | None]:
+    """Every module ``start`` reaches -> the module it was reached from (for the path in a failure)."""
+    seen: dict[str, str | None] = {start: None}
+    todo = [start]
+    while todo:
+        m = todo.pop()
+        for n in sorted(graph[m]):
+            if n not in seen:
+                seen[n] = m
+                todo.append(n)
+    return seen
+
+
+def _path(seen: dict[str, str | None], end: str) -> str:
+    chain = [end]
+    while seen[chain[-1]] is not None:
+        chain.append(seen[chain[-1]])
+    return " -> ".join(reversed(chain))
+
+
+def test_graph_sees_the_layers():
+    internal, external = _graph()
+    assert f"{PKG}.core.config" in internal[f"{PKG}.core.temperature"]  # function-level and top-level imports
+    assert f"{PKG}.core.schedule" in internal[f"{PKG}.core.config"]
+    assert f"{PKG}.reward.sandbox.child" in internal[f"{PKG}.reward.sandbox.worker"]  # relative imports resolved
+    assert f"{PKG}.data.rows" in internal[f"{PKG}.data.lcb"]
+    assert "verl" in external[f"{PKG}.verl.trainer"] and "trl" in external[f"{PKG}.trl.trainer"]
+
+
+def test_no_import_cycle_anywhere():
+    graph, _ = _graph()
+    state: dict[str, str] = {}
+    stack: list[str] = []
+
+    def visit(m: str) -> None:
+        state[m] = "open"
+        stack.append(m)
+        for n in sorted(graph[m]):
+            if state.get(n) == "open":
+                cycle = stack[stack.index(n):] + [n]
+                pytest.fail("import cycle: " + " -> ".join(x.removeprefix(PKG + ".") for x in cycle))
+            if n not in state:
+                visit(n)
+        stack.pop()
+        state[m] = "done"
+
+    for m in sorted(graph):
+        if m not in state:
+            visit(m)
+
+
+@pytest.mark.parametrize("package", LOWER)
+def test_lower_layers_reach_no_framework_and_no_cli(package):
+    internal, external = _graph()
+    bad = []
+    for start in sorted(m for m in internal if m == package or m.startswith(package + ".")):
+        seen = _reach(internal, start)
+        for m in seen:
+            if m == CLI or m.startswith(CLI + "."):
+                bad.append(_path(seen, m))
+            for fw in sorted(set(FRAMEWORKS) & external[m]):
+                bad.append(f"{_path(seen, m)} imports {fw}")
+    assert not bad, "\n".join(sorted(set(bad)))
+
+
+def test_only_the_cli_package_imports_the_cli_package():
+    internal, _ = _graph()
+    bad = sorted(f"{m} imports {n}" for m, deps in internal.items() if not (m == CLI or m.startswith(CLI + "."))
+                 for n in deps if n == CLI or n.startswith(CLI + "."))
+    assert not bad, "\n".join(bad)
