@@ -99,7 +99,7 @@ def test_graph_sees_the_layers():
     internal, external = _graph()
     assert f"{PKG}.core.config" in internal[f"{PKG}.core.temperature"]  # function-level and top-level imports
     assert f"{PKG}.core.schedule" in internal[f"{PKG}.core.config"]
-    assert f"{PKG}.reward.sandbox.child" in internal[f"{PKG}.reward.sandbox.worker"]  # relative imports resolved
+    assert f"{PKG}.reward.sandbox.probe" in internal[f"{PKG}.reward.sandbox.worker"]  # relative imports resolved
     assert f"{PKG}.data.rows" in internal[f"{PKG}.data.lcb"]
     assert "verl" in external[f"{PKG}.verl.trainer"] and "trl" in external[f"{PKG}.trl.trainer"]
 

@@ -104,7 +104,7 @@ def prepare(fds: dict, parent_pid: int, libc) -> None:
     in stage 2), 5 the job's compiled-code memfd (``CODE_FD``), 6 the control pipe from the job process
     (the job spec, then one byte per further stdin test), 7-9 copies of the stdio memfds, and, at their
     worker-chosen numbers, the ``O_PATH`` descriptors of interpreter directories the sandbox uid cannot
-    reach (``sys.path`` already names them: see ``worker.Worker.map_interpreter_dirs``); nothing else.
+    reach (``sys.path`` already names them: see ``probe.map_interpreter_dirs``); nothing else.
     """
     global CODE_FD
     os.setsid()

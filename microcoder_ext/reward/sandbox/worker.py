@@ -1,5 +1,5 @@
 """Worker process: started once by the supervisor (``subprocess.Popen``, scrubbed env), pre-imports common
-modules, probes the sandbox layers, then serves jobs. It never sees expected outputs.
+modules, probes the sandbox layers (:mod:`.probe`), then serves jobs. It never sees expected outputs.
 
 Processes (one fork per job, on no critical path):
   W  this process after start-up: the fork server (``forkserver``). It never reads a job, a result or an output:
@@ -39,14 +39,12 @@ import gc
 import json
 import os
 import signal
-import site
 import socket
 import stat
 import sys
-import sysconfig
 import tempfile
 
-from . import child, forkserver, jobs, landlock, mounts, protocol, seccomp_bpf, tree
+from . import forkserver, jobs, mounts, probe, protocol, tree
 
 STDLIB_PREIMPORT = (
     "abc array bisect builtins calendar cmath collections collections.abc contextlib copy dataclasses datetime "
@@ -56,8 +54,6 @@ STDLIB_PREIMPORT = (
 #: third-party modules of LeetCode's Python 3 judge that solutions import (dependencies of microcoder-ext): pre-imported
 #: so that they work even where the sandbox uid cannot read the interpreter's site-packages (no landlock, /root venv)
 JUDGE_MODULES = ("sortedcontainers",)
-SYSTEM_READ_PATHS = ("/usr/lib", "/usr/lib64", "/lib", "/lib64", "/usr/share/zoneinfo", "/etc/localtime",
-                     "/etc/ld.so.cache", "/dev/null", "/dev/zero", "/dev/urandom", "/dev/random")
 EXIT_REQUESTED, EXIT_EOF, EXIT_CRASH = jobs.EXIT_REQUESTED, jobs.EXIT_EOF, 70
 MiB = 1 << 20
 
@@ -107,11 +103,6 @@ def remove_stale_base_dirs(root: str) -> None:
             os.close(fd)
 
 
-#: where a program without landlock could create files (read-only in the worker's mount namespace when it has
-#: one; else whatever the job's slot-exclusive uid owns there is removed after the job: ``tree.remove_owned_by``)
-WORLD_WRITABLE_DIRS = ("/tmp", "/var/tmp", "/dev/shm", "/dev/mqueue", "/run/lock", "/var/lock")
-
-
 def _preimport(names) -> list[str]:
     failed = []
     for name in names:
@@ -120,49 +111,6 @@ def _preimport(names) -> list[str]:
         except Exception:
             failed.append(name)
     return failed
-
-
-def interpreter_paths() -> list[str]:
-    """Directories the interpreter needs to read: stdlib (with lib-dynload), site-packages and the shared
-    library dir. Not the whole prefix (a venv or conda prefix can hold logs, caches and data), and not
-    the other ``sys.path`` entries (an editable install puts a project checkout there)."""
-    paths = set()
-    for key in ("stdlib", "platstdlib", "purelib", "platlib"):
-        try:
-            paths.add(sysconfig.get_paths()[key])
-        except KeyError:
-            pass
-    try:
-        paths.update(site.getsitepackages())
-    except AttributeError:
-        pass
-    paths.update(p for p in sys.path if p.endswith("lib-dynload"))
-    libdir = sysconfig.get_config_var("LIBDIR")
-    if libdir:
-        paths.add(libdir)
-    return sorted(p for p in paths if p and os.path.isabs(p) and os.path.isdir(p))
-
-
-def reachable(path: str, uid: int, gid: int) -> bool:
-    """Whether ``uid:gid`` (no supplementary groups, no capabilities) can search every ancestor of
-    ``path`` and list ``path`` itself, judged from the mode bits (ACLs ignored: an ACL can only make this
-    answer pessimistic, which costs a mapped descriptor, never access)."""
-
-    def allowed(st, need: int) -> bool:
-        shift = 6 if st.st_uid == uid else 3 if st.st_gid == gid else 0
-        return (st.st_mode >> shift) & need == need
-
-    parts = os.path.realpath(path).split(os.sep)
-    cur = os.sep
-    try:
-        for part in parts[1:]:
-            if not allowed(os.stat(cur), 1):
-                return False
-            cur = os.path.join(cur, part)
-        st = os.stat(cur)
-        return allowed(st, 5) if stat.S_ISDIR(st.st_mode) else allowed(st, 4)
-    except OSError:
-        return False
 
 
 class Worker:
@@ -179,14 +127,16 @@ class Worker:
         # a program of another process's job (with a single shared uid there is nothing to keep apart)
         self.probe_uid = self.uid_max + 1 if cfg.get("uid_exclusive") else self.uid
         self.base, self._base_lock = make_base_dir(cfg.get("tmp_root") or tempfile.gettempdir())
-        self.read_paths = interpreter_paths() + list(SYSTEM_READ_PATHS) + list(cfg.get("extra_read_paths", []))
+        self.read_paths = (probe.interpreter_paths() + list(probe.SYSTEM_READ_PATHS)
+                           + list(cfg.get("extra_read_paths", [])))
         self.path_fds: list = []  # (real dir, O_PATH fd) for allowlisted dirs the sandbox uid cannot reach
+        self.saved_import_paths: list = []  # (list, copy) of the import paths the probe rewrote to path_fds
         self.layers: dict = {}
         self.quota_bytes = int(float(cfg.get("tmp_quota_mb", 64)) * MiB)
         self.quota_inodes = int(cfg.get("tmp_inodes", 4096))
         self.private_ns = False
         self.quota_error = self._isolate_base()  # None: every child's temp dir gets the quota tmpfs
-        self.world_writable_dirs = list(WORLD_WRITABLE_DIRS)
+        self.world_writable_dirs = list(probe.WORLD_WRITABLE_DIRS)
 
     def _isolate_base(self) -> str | None:
         """Enter a private mount namespace and mount a small tmpfs on the base dir (``mounts``); the reason when
@@ -244,133 +194,6 @@ class Worker:
     def send(self, msg: dict) -> None:
         protocol.write_all(self.out, protocol.encode(msg))
 
-    # --- start-up probe ------------------------------------------------------------------------------
-    def map_interpreter_dirs(self) -> None:
-        """Interpreter directories under a private home (``/root/.pyenv``, a venv in ``/root``) are not
-        reachable by the sandbox uid. Instead of keeping CAP_DAC_READ_SEARCH in the child (which would
-        bypass file modes for every read landlock allows, and let it stat/getxattr/inotify any path on
-        the machine), the worker opens an ``O_PATH`` descriptor per such directory (numbers >= 100, kept
-        open in every child) and rewrites its own ``sys.path`` and package ``__path__`` lists to
-        ``/proc/self/fd/N`` names once (``child.map_import_paths``); every job process and child inherits
-        both. Only with landlock (without it ``..`` from such a descriptor could reach world-readable
-        files under the private home) and only when dropping to a uid."""
-        for p in sorted(self.read_paths, key=len):
-            if any(p.startswith(q + os.sep) for q, _fd in self.path_fds):
-                continue  # beneath a mapped directory already
-            if os.path.isdir(p) and not reachable(p, self.uid, self.gid):
-                try:
-                    fd = os.open(p, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
-                except OSError:
-                    continue
-                high = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 100)
-                os.close(fd)
-                self.path_fds.append((p, high))
-        if self.path_fds:
-            self._saved_paths = _import_path_lists()
-            child.map_import_paths({p: f"/proc/self/fd/{fd}" for p, fd in self.path_fds})
-
-    def _unmap_interpreter_dirs(self) -> None:
-        for lst, old in getattr(self, "_saved_paths", ()):
-            lst[:] = old
-        sys.path_importer_cache.clear()
-        for _p, fd in self.path_fds:
-            os.close(fd)
-        self.path_fds = []
-
-    def probe(self) -> dict:
-        """Fork a child that applies each layer and checks that it works; returns the report."""
-        root = os.geteuid() == 0
-        report: dict = {"root": root}
-        want = {"uid_drop": root and self.cfg.get("uid_drop", True),
-                "landlock": self.cfg.get("landlock", True), "seccomp": self.cfg.get("seccomp", True),
-                "tmp_quota_bytes": self.quota_bytes if self.quota_error is None else 0}
-        try:
-            seccomp_bpf.build(1)
-        except seccomp_bpf.SeccompUnavailable as e:
-            want["seccomp"] = False
-            report["seccomp"] = f"unavailable: {e}"
-        if want["landlock"]:
-            try:
-                report["landlock_abi"] = landlock.abi_version(self.libc)
-            except landlock.LandlockUnavailable as e:
-                want["landlock"] = False
-                report["landlock"] = f"unavailable: {e}"
-        if want["uid_drop"] and want["landlock"]:
-            self.map_interpreter_dirs()
-        if want["uid_drop"] and self.probe_uid != self.uid and not self._can_become(self.probe_uid):
-            report["uid_range"] = f"uid {self.probe_uid} unusable here: every job uses uid {self.uid}"
-            self.uid_max = self.probe_uid = self.uid
-            self.cfg["uid_exclusive"] = False
-        if not want["landlock"] and self.private_ns:
-            # without landlock the world-writable dirs would be writable: read-only in this namespace
-            done = mounts.readonly_binds(WORLD_WRITABLE_DIRS, self.libc)
-            self.world_writable_dirs = [d for d in WORLD_WRITABLE_DIRS if d not in done]
-            report["readonly_dirs"] = done
-        self.layers["uid_drop"] = want["uid_drop"]  # for child_dir (final value below)
-        r, w = os.pipe()
-        tmp, quota = self.child_dir()
-        if quota and want["uid_drop"]:
-            os.chown(tmp, self.probe_uid, self.probe_uid)
-        ruleset = None
-        try:
-            if want["landlock"]:
-                writes = [tmp, "/dev/null"] if quota else ["/dev/null"]
-                ruleset, _abi = landlock.create_ruleset(self.read_paths + ([] if quota else [tmp]), writes, self.libc)
-            pid = os.fork()
-            if pid == 0:
-                try:
-                    os.close(r)
-                    lim = {"memory_bytes": int(self.cfg.get("memory_mb", 2048)) << 20, "open_files": 64,
-                           "processes": 256, "stack_bytes": 256 << 20}
-                    rep = child.probe(lim, want, tmp, ruleset, self.probe_uid, self.probe_uid,
-                                      self.pid, self.libc, self.read_paths, self.path_fds)
-                    os.write(w, json.dumps(rep).encode())
-                except BaseException as e:
-                    os.write(w, json.dumps({"probe_error": f"{type(e).__name__}: {e}"}).encode())
-                finally:
-                    os._exit(0)
-            os.close(w)
-            w = -1
-            data = b""
-            while chunk := os.read(r, 65536):
-                data += chunk
-            os.waitpid(pid, 0)
-            report.update(json.loads(data or b"{}"))
-        finally:
-            os.close(r)
-            if w >= 0:
-                os.close(w)
-            if ruleset is not None:
-                os.close(ruleset)
-            self.release_child_dir(tmp, quota)
-        self.layers = {k: report.get(k) == "active" for k in ("uid_drop", "landlock", "seccomp")}
-        checks = report.get("checks") or {}
-        if self.quota_error is None and not checks.get("tmp_quota"):
-            self.quota_error = f"the tmpfs quota did not hold in the probe ({checks.get('tmp_quota_error')})"
-        self.layers["tmp_quota"] = self.quota_error is None
-        report["tmp_quota"] = ("active" if self.quota_error is None else
-                               f"unavailable: {self.quota_error}; the programs' temp dir is read-only")
-        report["tmp_quota_mb"], report["tmp_inodes"] = self.quota_bytes / MiB, self.quota_inodes
-        if not (self.layers["landlock"] and self.layers["uid_drop"]):
-            self._unmap_interpreter_dirs()
-        if self.layers["seccomp"]:
-            seccomp_bpf.program_for(1)  # build the filter template once, before any fork
-        report["uid_max"] = self.uid_max
-        return report
-
-    def _can_become(self, uid: int) -> bool:
-        pid = os.fork()
-        if pid == 0:
-            try:
-                os.setgroups([])
-                os.setresgid(uid, uid, uid)
-                os.setresuid(uid, uid, uid)
-                os._exit(0)
-            except BaseException:
-                os._exit(1)
-        _, status = os.waitpid(pid, 0)
-        return os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
-
     # --- serving -----------------------------------------------------------------------------------------
     def serve(self) -> int:
         """Fork the job process M (it takes over the supervisor's pipes), then be the fork server until M exits;
@@ -400,19 +223,6 @@ class Worker:
         return forkserver.ForkServer(self, w_sock).serve(pid)
 
 
-def _import_path_lists() -> list:
-    """(list, copy) for ``sys.path`` and every loaded package's ``__path__`` list."""
-    out = [(sys.path, list(sys.path))]
-    for mod in list(sys.modules.values()):
-        try:
-            path = vars(mod).get("__path__")
-        except TypeError:
-            continue
-        if isinstance(path, list):
-            out.append((path, list(path)))
-    return out
-
-
 def _terminate(signum, frame):
     raise SystemExit(128 + signum)
 
@@ -432,7 +242,7 @@ def main() -> None:
     failed = _preimport(STDLIB_PREIMPORT + list(JUDGE_MODULES) + list(cfg.get("preimport", [])))
     w = Worker(cfg, cmd_in, cmd_out)
     try:
-        report = w.probe()
+        report = probe.run(w)
         report["preimport_failed"] = failed
         fatal = None
         if cfg.get("require_seccomp", True) and not w.layers.get("seccomp"):
