@@ -14,7 +14,7 @@ PYTHON=${PYTHON:-python3}
 
 _venv_spec() {  # NAME -> "constraints extras"
   case "$1" in
-    verl) echo "constraints-verl-0.9.1.txt verl,test,repro" ;;
+    verl) echo "constraints-verl-0.9.1.txt verl,test,repro,docs" ;;
     openrlhf) echo "constraints-openrlhf-0.11.2.txt test" ;;
     trl) echo "constraints-trl-1.16.0.txt trl,test" ;;
     *) echo "unknown venv '$1'" >&2; return 1 ;;
