@@ -30,20 +30,21 @@ for suite in $SUITES; do
   case "$suite" in
     verl)
       py=$(ensure_venv verl)
-      log "suite verl: core + smoke core + reward engine + verl adapter + data/eval tests ($("$py" -c 'import verl; print("verl", verl.__version__)' 2>/dev/null))"
-      run_pytest "$py" tests/core tests/smoke tests/reward tests/verl tests/data tests/eval "$@" || status=1
+      log "suite verl: core + smoke core + reward engine + verl adapter + data/eval + docs tests ($("$py" -c 'import verl; print("verl", verl.__version__)' 2>/dev/null))"
+      run_pytest "$py" tests/core tests/smoke tests/reward tests/verl tests/data tests/eval \
+        tests/docs/test_docs.py tests/docs/test_examples_verl.py "$@" || status=1
       ;;
     openrlhf)
       # the reward engine's own tests (tests/reward) run in the verl suite; flash_attn/vllm are stubbed by
       # tests/openrlhf/conftest.py (compat/cpu_stubs.py)
       py=$(ensure_venv openrlhf)
-      log "suite openrlhf: core + OpenRLHF adapter tests ($("$py" -c 'import openrlhf, importlib.metadata as m; print("openrlhf", m.version("openrlhf"))' 2>/dev/null))"
-      run_pytest "$py" tests/core tests/openrlhf "$@" || status=1
+      log "suite openrlhf: core + OpenRLHF adapter + docs example tests ($("$py" -c 'import openrlhf, importlib.metadata as m; print("openrlhf", m.version("openrlhf"))' 2>/dev/null))"
+      run_pytest "$py" tests/core tests/openrlhf tests/docs/test_examples_openrlhf.py "$@" || status=1
       ;;
     trl)
       py=$(ensure_venv trl)
-      log "suite trl: core + TRL adapter tests ($("$py" -c 'import importlib.metadata as m; print("trl", m.version("trl"))' 2>/dev/null))"
-      run_pytest "$py" tests/core tests/trl "$@" || status=1
+      log "suite trl: core + TRL adapter + docs example tests ($("$py" -c 'import importlib.metadata as m; print("trl", m.version("trl"))' 2>/dev/null))"
+      run_pytest "$py" tests/core tests/trl tests/docs/test_examples_trl.py "$@" || status=1
       ;;
     *) echo "run_all: unknown suite '$suite'" >&2; status=1 ;;
   esac

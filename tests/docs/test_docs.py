@@ -1,0 +1,164 @@
+"""The documentation site and its shell examples.
+
+* ``mkdocs build --strict`` of ``mkdocs.yml`` succeeds: no broken link or anchor, no page outside the nav, every API
+  object of the reference found, the generated configuration reference built from the code (docs/hooks/reference.py);
+* every shell example in ``docs/**/*.md`` and ``README.md`` is marked ``# tested-by: tests/...::test_name`` or
+  ``# gpu-only`` (tests/docs/docblocks.py); a named test exists and its source contains each of the block's commands,
+  so the test really runs them (the tests in tests/docs run the block itself and compare the output it shows);
+* ``make test`` is the test runner (tests/run_all.sh), which runs these tests in every suite.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import subprocess
+import sys
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+
+import docblocks
+from docblocks import ROOT
+
+
+def test_every_shell_example_is_tested_or_gpu_only():
+    problems = []
+    for block in docblocks.all_blocks():
+        if block.lang not in docblocks.SHELL_LANGS:
+            prompts = [line for line in block.lines if line.startswith("$ ")]
+            if prompts:
+                problems.append(f"{block.where}: a ```{block.lang or '(no language)'} block with shell prompts "
+                                f"({prompts[0]!r}): make it a ```console block with a marker")
+            continue
+        if not block.tested_by and not block.gpu_only:
+            problems.append(f"{block.where}: shell example without '# tested-by: tests/...::test' or '# gpu-only'")
+        if block.tested_by and block.gpu_only:
+            problems.append(f"{block.where}: both tested-by and gpu-only")
+        if not block.commands:
+            problems.append(f"{block.where}: a shell block without a command")
+    assert not problems, "\n".join(problems)
+
+
+def _test_source(path: str, name: str) -> str | None:
+    file = ROOT / path
+    if not file.is_file():
+        return None
+    tree = ast.parse(file.read_text())
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == name:
+            return ast.get_source_segment(file.read_text(), node)
+    return None
+
+
+def test_named_tests_exist_and_run_the_commands():
+    problems = []
+    blocks = [b for b in docblocks.shell_blocks() if b.tested_by]
+    assert len(blocks) >= 15, [b.where for b in blocks]
+    for block in blocks:
+        sources = []
+        for path, name in block.tested_by:
+            src = _test_source(path, name)
+            if src is None:
+                problems.append(f"{block.where}: {path}::{name} does not exist")
+            else:
+                sources.append(" ".join(src.split()))
+        for cmd in block.commands:
+            if sources and not any(cmd in src for src in sources):
+                problems.append(f"{block.where}: no named test's source contains the command {cmd!r}")
+    assert not problems, "\n".join(problems)
+
+
+def test_marker_checker_catches_unmarked_and_hidden_examples(tmp_path):
+    page = tmp_path / "p.md"
+    page.write_text("```bash\nmicrocoder --help\n```\n\n```text\n$ microcoder --help\n```\n\n"
+                    "```console\n# gpu-only\n$ microcoder train --use_vllm\n...\n```\n\n"
+                    "```bash\n# tested-by: tests/x.py::test_y\nmake demo   # runs it\n"
+                    "SMOKE=1 bash a.sh \\\n    --flag 'a # b'\n```\n")
+    blocks = docblocks.parse(page)
+    assert [b.lang for b in blocks] == ["bash", "text", "console", "bash"]
+    assert not blocks[0].tested_by and not blocks[0].gpu_only
+    assert blocks[2].gpu_only and blocks[2].steps() == [("microcoder train --use_vllm", ["..."])]
+    assert blocks[3].tested_by == [("tests/x.py", "test_y")]
+    assert blocks[3].commands == ["make demo", "SMOKE=1 bash a.sh --flag 'a # b'"]
+    assert docblocks.match_shown(["a", "...", "c ... e"], "a\nb\nc d e\n") is None
+    assert docblocks.match_shown(["c ... e", "a"], "a\nb\nc d e\n") is not None  # order matters
+
+
+class _Links(HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.hrefs = []
+
+    def handle_starttag(self, tag, attrs):
+        if tag == "a":
+            self.hrefs += [v for k, v in attrs if k == "href" and v]
+
+
+def test_mkdocs_build_strict(tmp_path):
+    site = tmp_path / "site"
+    proc = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-5000:] + proc.stderr[-10000:]
+    # the nav holds every page, and every page was built
+    pages = {p.relative_to(ROOT / "docs").with_suffix(".html") for p in (ROOT / "docs").rglob("*.md")}
+    assert pages and all((site / p).is_file() for p in pages), sorted(p for p in pages if not (site / p).is_file())
+    # the generated reference: every microcoder.* key and --mc flag, every EngineConfig field, train's flags
+    from microcoder_ext.core import config
+    from microcoder_ext.reward.engine import EngineConfig
+
+    ref = (site / "configuration.html").read_text()
+    for section, cls in (("mask", config.MaskConfig), ("temperature", config.TemperatureConfig)):
+        for f in config.dataclasses.fields(cls):
+            assert f"microcoder.{section}.{f.name}<" in ref and f"--mc.{section}.{f.name}" in ref, f.name
+    for f in config.dataclasses.fields(EngineConfig):
+        assert f"<code>{f.name}</code>" in ref, f.name
+    commands = (site / "commands.html").read_text()
+    assert "--use_conditional_mask" in commands and "--clipping_ratio" in commands
+    # no link of a built page points at a page that is not there
+    broken = []
+    for html in site.rglob("*.html"):
+        parser = _Links()
+        parser.feed(html.read_text())
+        for href in parser.hrefs:
+            if re.match(r"^[a-z]+:|^#", href):
+                continue
+            target = (html.parent / href.split("#")[0]).resolve()
+            if href.split("#")[0] and not target.exists():
+                broken.append(f"{html.relative_to(site)} -> {href}")
+    assert not broken, broken
+
+
+def test_readme_links_into_the_docs():
+    text = (ROOT / "README.md").read_text()
+    assert len(text.splitlines()) <= 220
+    links = re.findall(r"\]\((docs/[^)#]+)(?:#[^)]*)?\)", text)
+    assert links, "the README links into docs/"
+    missing = [link for link in links if not (ROOT / link).is_file()]
+    assert not missing, missing
+
+
+def test_make_test_runs_every_suite():
+    """``make test`` (README, quickstart page) is the test runner itself: it cannot run inside the suite, so this
+    checks what it runs: ``make -n test`` is ``bash tests/run_all.sh``, which runs the three suites and tests/docs."""
+    proc = subprocess.run(["make", "-n", "test"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "bash tests/run_all.sh"
+    run_all = (ROOT / "tests" / "run_all.sh").read_text()
+    assert 'SUITES=${SUITES:-verl openrlhf trl}' in run_all
+    for path in ("tests/docs/test_docs.py", "tests/docs/test_examples_verl.py", "tests/docs/test_examples_openrlhf.py",
+                 "tests/docs/test_examples_trl.py"):
+        assert path in run_all, path
+
+
+def test_one_suite_with_pytest_arguments(tmp_path):
+    """``SUITES=verl bash tests/run_all.sh -k mask`` (tests page): the same command with ``--collect-only -q``
+    appended (running the suite inside itself would recurse): it selects the verl suite's mask tests."""
+    proc = subprocess.run("SUITES=verl bash tests/run_all.sh -k mask --collect-only -q", shell=True, cwd=ROOT,
+                          env=docblocks.venv_env(), capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    ids = [line for line in proc.stdout.splitlines() if "::" in line]
+    assert ids and all("mask" in i.lower() for i in ids), ids[:20]
+    assert any(i.startswith("tests/core/test_masking.py::") for i in ids)
+    assert not any(i.startswith(("tests/openrlhf/", "tests/trl/")) for i in ids)
