@@ -12,7 +12,7 @@ gpu_memory_utilization, trust_remote_code)``; each problem's chat prompt goes th
 without adding special tokens again, and is sent as ``{"prompt_token_ids": ids}`` to
 ``llm.generate(prompts, SamplingParams(n, temperature, top_p, max_tokens, seed), use_tqdm=True)``; the n texts of
 ``RequestOutput.outputs[i].text`` are the responses (``finish_reason == "length"``: cut at max_tokens, counted).
-Needs the real vLLM package and CUDA (:func:`microcoder_ext.temperature_cli.vllm_usable`); without them
+Needs the real vLLM package and CUDA (:func:`microcoder_ext.sampling.samplers.vllm_usable`); without them
 :class:`GenerationUnavailable` is raised before anything loads (``microcoder eval`` exits 2).
 """
 
@@ -80,7 +80,7 @@ class GenerationSettings:
 
 def check_vllm() -> str:
     """vLLM's version, or :class:`GenerationUnavailable` saying why it cannot be used here."""
-    from microcoder_ext.temperature_cli import vllm_usable
+    from microcoder_ext.sampling.samplers import vllm_usable
 
     ok, why = vllm_usable()
     if not ok:

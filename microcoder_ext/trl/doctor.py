@@ -1,7 +1,7 @@
 """``microcoder doctor trl ARGS...``: the :class:`~microcoder_ext.core.doctor.TrainingPlan` of a ``microcoder train``.
 
 ``ARGS`` are ``microcoder train`` flags. They go through ``microcoder train``'s own parser
-(:func:`microcoder_ext.trl.train_cli.add_arguments`) and settings resolution (:func:`microcoder_ext.trl.train_cli.plan`:
+(:func:`microcoder_ext.trl.train_settings.add_flags`) and settings resolution (:func:`microcoder_ext.trl.train_settings.plan`:
 preset -> the seed's flags -> ``--mc.*``, every check of ``--dry_run``), then into TRL's real ``GRPOConfig``
 (:func:`microcoder_ext.trl.config.microcoder_grpo_config`, whose ``__post_init__`` checks the batch arithmetic and
 derives ``steps_per_generation`` / ``generation_batch_size``). No model, tokenizer or dataset is loaded:
@@ -80,15 +80,15 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     """``microcoder train``'s parser, with ``--model_name_or_path`` / ``--dataset`` optional and ``--num_processes``."""
-    from microcoder_ext.trl import train_cli
+    from microcoder_ext.trl import train_settings
 
     parser = _Parser(prog="microcoder doctor trl", add_help=False, allow_abbrev=False)
-    train_cli.add_arguments(parser)
+    train_settings.add_flags(parser)
     for action in parser._actions:
         if action.dest in OPTIONAL:
             action.required = False
             action.default = PLACEHOLDER
-    parser.add_argument("--num_processes", type=train_cli.positive_int, default=None,
+    parser.add_argument("--num_processes", type=train_settings.positive_int, default=None,
                         help="doctor only: processes of `accelerate launch` (default: $WORLD_SIZE or 1)")
     return parser
 
@@ -96,7 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
 @dataclasses.dataclass
 class Inspection:
     plan: Any  # TrainingPlan
-    settings: Any  # microcoder_ext.trl.train_cli.Plan
+    settings: Any  # microcoder_ext.trl.train_settings.Plan
     grpo_config: Any  # trl.GRPOConfig, None when it refused the arguments
     notes: list[str] = dataclasses.field(default_factory=list)
     lenient_temperature: bool = False  # the temperature schedule was refused and kept unvalidated
@@ -131,13 +131,13 @@ def _fixes(settings: Any, grpo: dict, world: int) -> dict[str, str]:
 
 
 def _settings(args: argparse.Namespace, world: int) -> Any:
-    """``train_cli.plan`` with ``world`` processes (it checks the batch arithmetic with ``WORLD_SIZE``)."""
-    from microcoder_ext.trl import train_cli
+    """``train_settings.plan`` with ``world`` processes (it checks the batch arithmetic with ``WORLD_SIZE``)."""
+    from microcoder_ext.trl import train_settings
 
     saved = os.environ.get("WORLD_SIZE")
     os.environ["WORLD_SIZE"] = str(world)
     try:
-        return train_cli.plan(args, cuda=not args.use_cpu)
+        return train_settings.plan(args, cuda=not args.use_cpu)
     finally:
         if saved is None:
             os.environ.pop("WORLD_SIZE", None)
@@ -168,9 +168,9 @@ def _lenient_temperature(args: argparse.Namespace):
     """The temperature flags as an unvalidated-schedule TemperatureConfig (None: they are not what was refused)."""
     from microcoder_ext.core.config import ConfigError
     from microcoder_ext.core.doctor import lenient_temperature_config
-    from microcoder_ext.trl import train_cli
+    from microcoder_ext.trl import train_settings
 
-    given, errors = train_cli._given_mc(args)
+    given, errors = train_settings.given_mc(args)
     if errors:
         return None
     values = {k.split(".", 1)[1]: v for k, v in given.items() if k.startswith("temperature.")}
@@ -196,7 +196,7 @@ def _start_temperature(t: Any) -> float:
 
 def inspect(argv: list[str]) -> Inspection:
     from microcoder_ext.core.doctor import TrainingPlan
-    from microcoder_ext.trl import train_cli
+    from microcoder_ext.trl import train_settings
     from microcoder_ext.trl.config import microcoder_grpo_config, preset_settings
 
     argv = [a for a in argv if a != "--dry_run"]
@@ -204,11 +204,11 @@ def inspect(argv: list[str]) -> Inspection:
         raise ArgvError([f"--help is not a training flag (see `{PROG} --help`)"])
     parser = build_parser()
     args = parser.parse_args(list(argv))
-    world = args.num_processes or train_cli._world_size()
+    world = args.num_processes or train_settings.world_size()
     lenient = None
     try:
         settings = _settings(args, world)
-    except train_cli.UsageError as e:
+    except train_settings.UsageError as e:
         # a staged / auto schedule refused as a continuous ramp: keep it unvalidated for continuous-temperature and
         # resolve everything else without the temperature flags
         lenient = _lenient_temperature(args)
@@ -216,7 +216,7 @@ def inspect(argv: list[str]) -> Inspection:
             raise ArgvError(e.errors) from None
         try:
             settings = _settings(parser.parse_args(_without_temperature_flags(argv)), world)
-        except train_cli.UsageError:
+        except train_settings.UsageError:
             raise ArgvError(e.errors) from None
         settings = dataclasses.replace(settings, temperature_control=True, microcoder=dataclasses.replace(
             settings.microcoder, temperature=lenient))

@@ -6,7 +6,7 @@
 :func:`microcoder_ext.smoke.model.prepare_model`), the first rows of ``--dataset`` (same format) or the bundled
 problems, ``--max_steps``, the batch (group size capped, prompts per optimizer step scaled down), the completion
 budget, CPU and fp32, vLLM off, the output dir, reporting off, and a staged temperature schedule compressed into the
-smoke's steps. :func:`run` runs ``python -m microcoder_ext.trl.train_cli`` in a child process and reads TRL's own log
+smoke's steps. :func:`run` runs ``python -m microcoder_ext.cli train`` in a child process and reads TRL's own log
 history (written into ``microcoder_train.json``).
 
 TRL generates with the model it trains (no separate engine, no weight sync): the report's weight columns compare the
@@ -45,18 +45,18 @@ class TrlSmokePlan:
 
     @property
     def command(self) -> list[str]:
-        return [sys.executable, "-m", "microcoder_ext.trl.train_cli", *self.argv]
+        return [sys.executable, "-m", "microcoder_ext.cli", "train", *self.argv]
 
 
 def _parser() -> argparse.ArgumentParser:
-    from microcoder_ext.trl.train_cli import add_arguments
+    from microcoder_ext.trl.train_settings import add_flags
 
     class _Parser(argparse.ArgumentParser):
         def error(self, message):
             raise SmokeUsageError(f"microcoder train: {message}")
 
     p = _Parser(prog="microcoder train", add_help=False)
-    add_arguments(p)
+    add_flags(p)
     return p
 
 

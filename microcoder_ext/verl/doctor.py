@@ -1,8 +1,8 @@
 """verl adapter of ``microcoder doctor``: a composed ``main_ppo`` config -> :class:`~microcoder_ext.core.doctor.TrainingPlan`.
 
-The config is composed exactly like ``microcoder recipe show`` does (:func:`microcoder_ext.verl.recipe_cli.compose`:
+The config is composed exactly like ``microcoder recipe show`` does (:func:`microcoder_ext.verl.recipes.compose`:
 verl's own ``ppo_trainer`` config, ``+recipe=NAME`` and the Hydra overrides), and verl's start-up checks run through
-:func:`microcoder_ext.verl.recipe_cli.check_config` (with its placeholder micro-batch sizes); their failures become
+:func:`microcoder_ext.verl.recipe_checks.check_config` (with its placeholder micro-batch sizes); their failures become
 ``invalid-config`` findings unless a doctor rule already reports the same problem.
 
 What verl 0.9.1 does, read from its config:
@@ -94,7 +94,8 @@ def plan_from_verl(config, recipe: str | None = None, checks: bool = True) -> Tr
     from omegaconf import OmegaConf
 
     from microcoder_ext.verl import temperature as mc_temp
-    from microcoder_ext.verl.recipe_cli import MASK_TRAINER_MODE, MISSING, check_config, select
+    from microcoder_ext.verl.recipe_checks import MASK_TRAINER_MODE, check_config
+    from microcoder_ext.verl.recipes import MISSING, select
 
     def get(key: str) -> Any:
         v = select(config, key)
@@ -178,7 +179,25 @@ def recipe_from_overrides(overrides: Sequence[str]) -> str | None:
 
 def plan_from_args(recipe: str | None, overrides: Sequence[str] = (), checks: bool = True) -> TrainingPlan:
     """Compose like ``microcoder recipe show`` (``recipe`` None: no ``+recipe=``) and build the plan."""
-    from microcoder_ext.verl.recipe_cli import compose
+    from microcoder_ext.verl.recipes import compose
 
     cfg = compose(recipe, list(overrides))
     return plan_from_verl(cfg, recipe=recipe or recipe_from_overrides(overrides), checks=checks)
+
+
+class ArgvError(ValueError):
+    """The command line is not ``[RECIPE|none] [key=value...]`` (``microcoder doctor verl``'s usage error)."""
+
+
+def plan_from_argv(argv: Sequence[str]) -> TrainingPlan:
+    """``microcoder doctor verl [RECIPE|none] [OVERRIDES...]`` -> TrainingPlan (the first word without ``=`` is
+    the recipe; ``none`` or ``-``: no ``+recipe=``)."""
+    argv = list(argv)
+    recipe = None
+    if argv and "=" not in argv[0] and not argv[0].startswith(("+", "~", "-")):
+        recipe, argv = argv[0], argv[1:]
+        recipe = None if recipe.lower() in ("none", "-") else recipe
+    bad = [a for a in argv if "=" not in a]
+    if bad:
+        raise ArgvError(f"verl overrides are key=value (Hydra); not understood: {' '.join(bad)}")
+    return plan_from_args(recipe, argv)

@@ -96,7 +96,7 @@ class _Rewriter:
         self.subs: list[Substitution] = []
 
     def get(self, key: str, default: Any = None) -> Any:
-        from microcoder_ext.verl.recipe_cli import select
+        from microcoder_ext.verl.recipes import select
 
         return select(self.cfg, key, default)
 
@@ -132,7 +132,7 @@ def plan(overrides: Sequence[str], opts: SmokeOptions, work: Path) -> VerlSmokeP
     from microcoder_ext.smoke.model import prepare_model
     from microcoder_ext.smoke.runner import base_env
     from microcoder_ext.verl.cpu import guard
-    from microcoder_ext.verl.recipe_cli import RecipeError, compose
+    from microcoder_ext.verl.recipes import RecipeError, compose
 
     with warnings.catch_warnings(), _quiet("verl.plugin.platform.platform_manager"):
         warnings.simplefilter("ignore")  # verl's import-time notes on engines it does not find (megatron, ...)

@@ -19,7 +19,8 @@ import torch
 import transformers
 import tokenizers
 
-from microcoder_ext import temperature_cli as tc  # noqa: E402
+from microcoder_ext.sampling import prompts as sprompts  # noqa: E402
+from microcoder_ext.sampling import samplers as ss  # noqa: E402
 from microcoder_ext.cli import main  # noqa: E402
 from microcoder_ext.core.temperature import recommend  # noqa: E402
 
@@ -168,7 +169,7 @@ def test_bad_input_exits_2_with_one_line(case, tiny_model, prompts_file, tmp_pat
         extra = ["--json", str(tmp_path / "missing-dir" / "x.json")]
     elif case == "vllm_unavailable":
         # the test venvs are CPU-only: vLLM can never run there (the refusal is what this case checks)
-        assert not tc.vllm_usable()[0], "vLLM is usable in this environment: this case needs one where it is not"
+        assert not ss.vllm_usable()[0], "vLLM is usable in this environment: this case needs one where it is not"
         extra = ["--backend", "vllm"]
     elif case == "forced_template_missing":
         model = _build_model(tmp_path / "no-template", with_template=False)
@@ -214,21 +215,21 @@ def test_prompt_formats_and_chat_template(tiny_model, tmp_path):
     tok = AutoTokenizer.from_pretrained(tiny_model)
     path = tmp_path / "p.jsonl"
     path.write_text("".join(json.dumps(p) + "\n" for p in PROMPTS))
-    prompts = tc.load_prompts(str(path), limit=2)
+    prompts = sprompts.load_prompts(str(path), limit=2)
     assert prompts == [PROMPTS[0]["prompt"], PROMPTS[1]["prompt"]]
-    ids = tc.encode_prompts(tok, prompts, None)
+    ids = sprompts.encode_prompts(tok, prompts, None)
     want = tok("<|im_start|>user\nWrite a function that reverses a string.<|im_end|>\n<|im_start|>assistant\n",
                add_special_tokens=False)["input_ids"]
     assert ids[0] == want
-    raw = tc.encode_prompts(tok, prompts, False)
+    raw = sprompts.encode_prompts(tok, prompts, False)
     assert raw[0] == tok("Write a function that reverses a string.")["input_ids"]
 
 
 def test_backend_choice():
-    assert tc.choose_backend("hf", "auto")[0] == "hf"
-    assert tc.choose_backend("auto", "cpu") == ("hf", "auto: --device cpu")
-    usable, _ = tc.vllm_usable()
-    assert tc.choose_backend("auto", "auto")[0] == ("vllm" if usable else "hf")
+    assert ss.choose_backend("hf", "auto")[0] == "hf"
+    assert ss.choose_backend("auto", "cpu") == ("hf", "auto: --device cpu")
+    usable, _ = ss.vllm_usable()
+    assert ss.choose_backend("auto", "auto")[0] == ("vllm" if usable else "hf")
 
 
 # --- vLLM sampler glue only: a hand-made object with vllm.LLM.generate's return shape (not vLLM) ---------------
@@ -265,7 +266,7 @@ class _GlueEngine:
 
 def test_vllm_sampler_glue():
     engine, seen = _GlueEngine(), []
-    sampler = tc.VLLMSampler(engine, dict, max_new_tokens=5, seed=7, stop={_GlueEngine.EOS}, progress=seen.append)
+    sampler = ss.VLLMSampler(engine, dict, max_new_tokens=5, seed=7, stop={_GlueEngine.EOS}, progress=seen.append)
     groups = sampler([[11, 12], [21]], 1.4, 3)
     prompts, params, use_tqdm = engine.calls[0]
     assert prompts == [{"prompt_token_ids": [11, 12]}, {"prompt_token_ids": [21]}] and use_tqdm is False

@@ -1,5 +1,5 @@
 """The five-dimension difficulty (`microcoder_ext.data.difficulty`), its LLM judge (`llm_judge`, against a stand-in
-OpenAI-compatible server on 127.0.0.1) and `microcoder data difficulty` (`difficulty_cli`), on hand-written
+OpenAI-compatible server on 127.0.0.1) and `microcoder data difficulty` (`difficulty_rows`, the CLI), on hand-written
 solutions and on the real problems of bench/data (LeetCodeDataset, CodeContests + our reference solutions)."""
 
 from __future__ import annotations
@@ -16,8 +16,9 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
+from microcoder_ext.cli import main
 from microcoder_ext.data import difficulty as D
-from microcoder_ext.data import difficulty_cli as C
+from microcoder_ext.data import difficulty_rows as R
 from microcoder_ext.data import llm_judge as J
 from microcoder_ext.data.problem import Problem
 
@@ -356,7 +357,7 @@ def test_parse_answer():
 # ----------------------------------------------------------------------------------------------- CLI
 def _cli(*args, env_extra=None):
     env = {**os.environ, **(env_extra or {})}
-    return subprocess.run([sys.executable, "-m", "microcoder_ext.data.difficulty_cli", *map(str, args)],
+    return subprocess.run([sys.executable, "-m", "microcoder_ext.cli", "data", "difficulty", *map(str, args)],
                           capture_output=True, text=True, cwd=ROOT, env=env, timeout=120)
 
 
@@ -394,7 +395,7 @@ def test_cli_verl_parquet_round_trip(tmp_path, contests):
         assert b["prompt"] == orig["prompt"] and b["reward_model"] == orig["reward_model"]
     # the output is valid input: scoring it again gives the same scores
     again = tmp_path / "again.parquet"
-    assert C.main([str(out), "-o", str(again), "--no-progress"]) == 0
+    assert main(["data", "difficulty", str(out), "-o", str(again), "--no-progress"]) == 0
     assert [a["extra_info"]["difficulty_scores"]["score"] for a in pq.read_table(again).to_pylist()] == \
         [b["extra_info"]["difficulty_scores"]["score"] for b in back]
 
@@ -403,7 +404,8 @@ def test_cli_jsonl_kinds_round_trip(tmp_path, contests, capsys):
     probs = _problems(contests, 3)
     src, out = tmp_path / "problems.jsonl", tmp_path / "scored.jsonl.gz"
     _write_jsonl(src, [p.to_dict() for p in probs])
-    assert C.main([str(src), "-o", str(out), "--no-progress", "--summary-json", str(tmp_path / "s.json")]) == 0
+    assert main(["data", "difficulty", str(src), "-o", str(out), "--no-progress",
+                 "--summary-json", str(tmp_path / "s.json")]) == 0
     with gzip.open(out, "rt") as f:
         back = [json.loads(line) for line in f]
     for b, p in zip(back, probs):
@@ -415,12 +417,12 @@ def test_cli_jsonl_kinds_round_trip(tmp_path, contests, capsys):
 
     src2, out2 = tmp_path / "openrlhf.jsonl", tmp_path / "openrlhf-scored.jsonl"
     _write_jsonl(src2, [p.to_openrlhf_row() for p in probs])
-    assert C.main([str(src2), "-o", str(out2), "--no-progress"]) == 0
+    assert main(["data", "difficulty", str(src2), "-o", str(out2), "--no-progress"]) == 0
     back2 = [json.loads(line) for line in open(out2)]
     assert all(b["meta_difficulty_scores"]["algorithmic"] is not None for b in back2)
     assert all(b["meta_difficulty_scores"]["structural"] is None for b in back2)  # no solutions in these rows
     assert [b["label"] for b in back2] == [p.to_openrlhf_row()["label"] for p in probs]
-    assert [C.stored_scores(b) for b in back2] == [b["meta_difficulty_scores"] for b in back2]
+    assert [R.stored_scores(b) for b in back2] == [b["meta_difficulty_scores"] for b in back2]
 
 
 def test_cli_judge_and_exit_codes(tmp_path, contests, server):
@@ -448,11 +450,11 @@ def test_cli_judge_and_exit_codes(tmp_path, contests, server):
     assert r.returncode == 2 and "no such file" in r.stderr
     bad = tmp_path / "bad.jsonl"
     _write_jsonl(bad, [{"question": "?"}])
-    assert C.main([str(bad), "-o", str(tmp_path / "x.jsonl")]) == 2
-    assert C.main([str(src), "-o", str(tmp_path / "x.csv")]) == 2
-    assert C.main([str(src), "-o", str(tmp_path / "x.jsonl"), "--judge-url", server.url]) == 2
-    assert C.main([str(src), "-o", str(tmp_path / "x.jsonl"), "--weights", "beauty=1"]) == 2
+    assert main(["data", "difficulty", str(bad), "-o", str(tmp_path / "x.jsonl")]) == 2
+    assert main(["data", "difficulty", str(src), "-o", str(tmp_path / "x.csv")]) == 2
+    assert main(["data", "difficulty", str(src), "-o", str(tmp_path / "x.jsonl"), "--judge-url", server.url]) == 2
+    assert main(["data", "difficulty", str(src), "-o", str(tmp_path / "x.jsonl"), "--weights", "beauty=1"]) == 2
     mixed = tmp_path / "mixed.jsonl"
     _write_jsonl(mixed, [probs[0].to_dict(), probs[1].to_openrlhf_row()])
-    assert C.main([str(mixed), "-o", str(tmp_path / "x.jsonl")]) == 2
+    assert main(["data", "difficulty", str(mixed), "-o", str(tmp_path / "x.jsonl")]) == 2
     assert not (tmp_path / "x.jsonl").exists()

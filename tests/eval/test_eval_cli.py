@@ -304,7 +304,7 @@ def test_lcb_file_release_v6(env, tmp_path, capsys):
 
 
 def test_model_without_vllm_exits_2(files, capsys, no_scoring):
-    from microcoder_ext.temperature_cli import vllm_usable
+    from microcoder_ext.sampling.samplers import vllm_usable
 
     assert vllm_usable()[0] is False  # vLLM is not installed in the CPU test venv
     d, _ = files

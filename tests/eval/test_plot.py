@@ -293,18 +293,16 @@ def test_figure_panels_and_lines(logs, tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------------------- CLI
-def cli(*args, registered=False):
-    """``microcoder plot ARGS`` in a subprocess: through the ``microcoder`` entry module when ``registered`` (it
-    imports every subcommand, ~2 s), else the plot module's own ``main`` (the same ``add_arguments``/``run``)."""
-    mod = ["microcoder_ext.cli", "plot"] if registered else ["microcoder_ext.eval.plot_cli"]
+def cli(*args):
+    """``microcoder plot ARGS`` in a subprocess (``python -m microcoder_ext.cli plot ARGS``)."""
+    mod = ["microcoder_ext.cli", "plot"]
     return subprocess.run([sys.executable, "-m", *mod, *map(str, args)], capture_output=True, text=True, timeout=120)
 
 
 def test_cli_end_to_end(logs, tmp_path):
     out = tmp_path / "curves.png"
     r = cli(logs["verl_tb"], logs["openrlhf_tb"], logs["flat_jsonl"], "-o", out,
-            "--label", "MicroCoder (verl)", "--label", "MicroCoder (OpenRLHF)", "--label", "GRPO", "--smooth", "0.3",
-            registered=True)
+            "--label", "MicroCoder (verl)", "--label", "MicroCoder (OpenRLHF)", "--label", "GRPO", "--smooth", "0.3")
     assert r.returncode == 0, r.stderr
     assert f"wrote {out}: 7 panels x 3 runs, 17 curves" in r.stdout
     assert "warning: GRPO: no data for panel 'diversity'" in r.stderr
@@ -324,5 +322,5 @@ def test_cli_end_to_end(logs, tmp_path):
     assert r.returncode == 1 and "no run has any metric" in r.stderr
     r = cli(logs["flat_jsonl"], "-o", out, "--panels", "reward,loss")
     assert r.returncode == 2 and "unknown panel(s) loss" in r.stderr
-    r = cli("--help", registered=True)
+    r = cli("--help")
     assert r.returncode == 0 and "--panels" in r.stdout and "wandb CSV" in r.stdout

@@ -61,7 +61,7 @@ def _graph() -> dict[str, set[str]]:
 
 def test_module_discovery_sees_the_layers():
     g = _graph()
-    for m in ("judge", "engine", "sandbox_fusion", "backends", "cli"):
+    for m in ("judge", "engine", "sandbox_fusion", "backends", "batch"):
         assert f"{PKG}.{m}" in g
     assert f"{PKG}.judge" in g[f"{PKG}.engine"] and f"{PKG}.judge" in g[f"{PKG}.sandbox_fusion"]
     assert {f"{PKG}.engine", f"{PKG}.sandbox_fusion"} <= g[f"{PKG}.backends"]  # the registry knows the backends

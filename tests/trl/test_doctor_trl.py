@@ -1,5 +1,5 @@
 """``microcoder doctor trl``: :func:`microcoder_ext.trl.doctor.plan_from_argv` on ``microcoder train``'s real parser,
-its settings resolution (``train_cli.plan``) and TRL 1.16's real ``GRPOConfig``, then
+its settings resolution (``train_settings.plan``) and TRL 1.16's real ``GRPOConfig``, then
 :func:`microcoder_ext.core.doctor.diagnose`. For each rule ``microcoder train`` flags can raise: one argv that
 triggers it and one that does not; the rules these flags cannot raise are pinned as such.
 """

@@ -15,7 +15,8 @@ import pytest
 from microcoder_ext.cli import main
 from microcoder_ext.data.problem import Problem
 from microcoder_ext.data.writers import write_openrlhf_jsonl, write_verl_parquet
-from microcoder_ext.trl import train_cli as tc
+from microcoder_ext.trl import train_data as td
+from microcoder_ext.trl import train_settings as ts
 
 _spec = importlib.util.spec_from_file_location("trl_conftest", Path(__file__).with_name("conftest.py"))
 _c = importlib.util.module_from_spec(_spec)
@@ -54,7 +55,7 @@ def verl_parquet(tmp_path_factory):
 
 def parse(argv):
     p = argparse.ArgumentParser()
-    tc.add_arguments(p)
+    ts.add_flags(p)
     return p.parse_args(argv)
 
 
@@ -108,7 +109,7 @@ def test_inconsistent_values_exit_2_naming_the_flag(argv, message, capsys, verl_
 
 
 def test_seed_flags_map_onto_trl_and_microcoder_settings():
-    p = tc.plan(parse(BASE + ["--use_conditional_mask", "True", "--diversity_driven_temp", "True", "--remove_kl_loss",
+    p = ts.plan(parse(BASE + ["--use_conditional_mask", "True", "--diversity_driven_temp", "True", "--remove_kl_loss",
                               "True", "--clipping_ratio", "0.3", "--use_cpu"]), cuda=False)
     assert p.grpo["beta"] == 0.0 and p.grpo["epsilon_high"] == 0.3 and p.grpo["use_cpu"] is True
     assert p.grpo["mask_truncated_completions"] is False and p.grpo["bf16"] is False
@@ -116,37 +117,37 @@ def test_seed_flags_map_onto_trl_and_microcoder_settings():
     assert p.microcoder.temperature.mode == "auto" and p.microcoder.temperature.value == 1.2
     assert p.grpo["temperature"] == 1.2 and p.grpo["learning_rate"] == 1e-6
 
-    p = tc.plan(parse(BASE + ["--preset", "grpo_baseline", "--remove_kl_loss", "False", "--diversity_driven_temp",
+    p = ts.plan(parse(BASE + ["--preset", "grpo_baseline", "--remove_kl_loss", "False", "--diversity_driven_temp",
                               "False", "--temperature", "0.9", "--use_lora", "--lora_r", "8"]), cuda=False)
-    assert p.grpo["beta"] == tc.DEFAULT_BETA and not p.mask and p.temperature_control
+    assert p.grpo["beta"] == ts.DEFAULT_BETA and not p.mask and p.temperature_control
     assert p.microcoder.temperature.mode == "constant" and p.microcoder.temperature.value == 0.9
     assert p.grpo["temperature"] == 0.9 and p.lora["r"] == 8 and p.grpo["learning_rate"] == 1e-5
     assert any("no GPU" in n for n in p.notes)
 
-    p = tc.plan(parse(BASE + ["--preset", "dapo_baseline"]), cuda=False)
+    p = ts.plan(parse(BASE + ["--preset", "dapo_baseline"]), cuda=False)
     assert not p.mask and not p.temperature_control and "beta" not in p.grpo
-    p = tc.plan(parse(BASE + ["--mc.mask.rho", "0.1", "--mc.temperature.mode", "staged", "--mc.temperature.stages",
+    p = ts.plan(parse(BASE + ["--mc.mask.rho", "0.1", "--mc.temperature.mode", "staged", "--mc.temperature.stages",
                               "[[0, 0.6], [140, 1.2]]"]), cuda=False)
     assert p.microcoder.mask.rho == 0.1 and p.microcoder.temperature.stages == ((0, 0.6), (140, 1.2))
 
 
 def test_dataset_shapes(tmp_path, verl_parquet):
     ps = problems(2)
-    rows, _ = tc.read_rows(verl_parquet)
-    verl = [tc.to_trl_row(r, i) for i, r in enumerate(rows)]
+    rows, _ = td.read_rows(verl_parquet)
+    verl = [td.to_trl_row(r, i) for i, r in enumerate(rows)]
     jsonl = write_openrlhf_jsonl(ps, tmp_path / "train.jsonl")
-    orl = [tc.to_trl_row(r, i) for i, r in enumerate(tc.read_rows(str(jsonl))[0])]
-    records = [tc.to_trl_row(p.to_dict(), i) for i, p in enumerate(ps)]
+    orl = [td.to_trl_row(r, i) for i, r in enumerate(td.read_rows(str(jsonl))[0])]
+    records = [td.to_trl_row(p.to_dict(), i) for i, p in enumerate(ps)]
     for got in (verl[:2], orl, records):
         assert [json.loads(r["tests"]) for r in got] == [p.tests for p in ps]
         assert [r["prompt"] for r in got] == [[{"role": "user", "content": p.prompt_text()}] for p in ps]
     assert json.loads(verl[0]["extra_info"])["fn_name"] == "add_k"
     # a prepare output directory: train.parquet is picked
-    assert tc.read_rows(str(Path(verl_parquet).parent))[1].endswith("train.parquet")
-    with pytest.raises(tc.DatasetError, match="unknown row shape"):
-        tc.to_trl_row({"question": "q"}, 0)
-    with pytest.raises(tc.DatasetError, match="no such file"):
-        tc.read_rows(str(tmp_path / "missing.parquet"))
+    assert td.read_rows(str(Path(verl_parquet).parent))[1].endswith("train.parquet")
+    with pytest.raises(td.DatasetError, match="unknown row shape"):
+        td.to_trl_row({"question": "q"}, 0)
+    with pytest.raises(td.DatasetError, match="no such file"):
+        td.read_rows(str(tmp_path / "missing.parquet"))
 
 
 def test_missing_dataset_exits_2(capsys, tmp_path, tiny_model_dir):

@@ -1,7 +1,7 @@
 """``microcoder doctor verl`` on verl 0.9.1's real composed main_ppo configs (the shipped recipes + overrides).
 
 Per finding: one config that triggers it and one that does not. The configs are composed under one Hydra
-initialisation (:func:`microcoder_ext.verl.recipe_cli.compose_many`); a few real command lines run in subprocesses.
+initialisation (:func:`microcoder_ext.verl.recipes.compose_many`); a few real command lines run in subprocesses.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import hydra  # noqa: F401,E402
 
 from microcoder_ext.core.doctor import diagnose, exit_status  # noqa: E402
 from microcoder_ext.verl.doctor import plan_from_verl, recipe_from_overrides  # noqa: E402
-from microcoder_ext.verl.recipe_cli import compose_many  # noqa: E402
+from microcoder_ext.verl.recipes import compose_many  # noqa: E402
 
 A = "actor_rollout_ref"
 #: per-model launch settings the recipes leave to the command line (paper-spec §6): batch 64 / 32, G 8, 4K

@@ -260,7 +260,7 @@ def real_cli(tmp_path_factory) -> dict[str, subprocess.CompletedProcess]:
 
 
 def test_recipe_files_are_global_and_listed():
-    from microcoder_ext.verl.recipe_cli import available_recipes
+    from microcoder_ext.verl.recipes import available_recipes
 
     assert set(available_recipes()) == set(RECIPES)
     for name in RECIPES:
@@ -575,8 +575,8 @@ def test_recipe_cli_imports_no_framework():
     """``microcoder --help`` must work without verl: the recipe module imports verl/Hydra/torch lazily."""
     script = (
         "import argparse, sys\n"
-        "from microcoder_ext.verl import recipe_cli\n"
-        "recipe_cli.add_arguments(argparse.ArgumentParser())\n"
+        "from microcoder_ext.cli import recipe\n"
+        "recipe.add_arguments(argparse.ArgumentParser())\n"
         "heavy = sorted(m for m in sys.modules if m.split('.')[0] in {'verl', 'hydra', 'omegaconf', 'torch', 'ray'})\n"
         "print(heavy)\n"
     )

@@ -1,5 +1,10 @@
-"""``microcoder`` command line. Each subcommand lives in its own module and is imported lazily, so
-``microcoder --help`` works without verl or OpenRLHF installed.
+"""``microcoder`` command line: every subcommand lives in this package, one module per subcommand, named after it.
+
+Each module defines ``add_arguments(parser)`` and ``run(args) -> int`` and holds only argument parsing, progress and
+output formatting and exit codes; the work is done by the subpackages (``core`` <- ``reward`` / ``data`` / ``eval``
+/ adapters <- ``cli``: nothing outside this package imports it). No module imports verl, OpenRLHF, TRL, Hydra or
+vLLM before its command runs, so ``microcoder --help`` works without them. ``python -m microcoder_ext.cli ARGS``
+runs ``microcoder ARGS`` (``accelerate launch -m microcoder_ext.cli train ...`` for several GPUs).
 
   microcoder recipe show NAME [OVERRIDES...]   compose verl's main_ppo config with +recipe=NAME
   microcoder recipe list                       list the shipped recipes
@@ -21,15 +26,15 @@ import sys
 
 #: subcommand -> (module, help). The module defines ``add_arguments(parser)`` and ``run(args) -> int``.
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
-    "recipe": ("microcoder_ext.verl.recipe_cli", "show or list the verl Hydra recipes (+recipe=...)"),
-    "eval-code": ("microcoder_ext.reward.cli", "score a JSONL of (response, tests) with the code reward"),
-    "temperature": ("microcoder_ext.temperature_cli", "probe output diversity at candidate temperatures"),
-    "data": ("microcoder_ext.data.cli", "prepare training/evaluation data (verl parquet, OpenRLHF JSONL), difficulty"),
-    "eval": ("microcoder_ext.eval.cli", "pass@1 / pass@k by platform x difficulty (LiveCodeBench-style)"),
-    "plot": ("microcoder_ext.eval.plot_cli", "the paper's training-curve panels from run logs"),
-    "train": ("microcoder_ext.trl.train_cli", "MicroCoder-GRPO with Hugging Face TRL (one GPU, LoRA, or CPU)"),
-    "doctor": ("microcoder_ext.doctor_cli", "check a verl / OpenRLHF / TRL launch against the paper's insights"),
-    "smoke": ("microcoder_ext.smoke.cli", "run a few real training steps of a verl / OpenRLHF / TRL launch on the CPU"),
+    "recipe": ("microcoder_ext.cli.recipe", "show or list the verl Hydra recipes (+recipe=...)"),
+    "eval-code": ("microcoder_ext.cli.eval_code", "score a JSONL of (response, tests) with the code reward"),
+    "temperature": ("microcoder_ext.cli.temperature", "probe output diversity at candidate temperatures"),
+    "data": ("microcoder_ext.cli.data", "prepare training/evaluation data (verl parquet, OpenRLHF JSONL), difficulty"),
+    "eval": ("microcoder_ext.cli.eval", "pass@1 / pass@k by platform x difficulty (LiveCodeBench-style)"),
+    "plot": ("microcoder_ext.cli.plot", "the paper's training-curve panels from run logs"),
+    "train": ("microcoder_ext.cli.train", "MicroCoder-GRPO with Hugging Face TRL (one GPU, LoRA, or CPU)"),
+    "doctor": ("microcoder_ext.cli.doctor", "check a verl / OpenRLHF / TRL launch against the paper's insights"),
+    "smoke": ("microcoder_ext.cli.smoke", "run a few real training steps of a verl / OpenRLHF / TRL launch on the CPU"),
 }
 
 
@@ -58,6 +63,3 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     return int(args._run(args) or 0)
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -114,12 +114,3 @@ def run(args: argparse.Namespace) -> int:
     print(f"wrote {args.output}: {len(panels)} panels x {len(labelled)} runs, {n_lines} curves")
     return 0
 
-
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="microcoder plot", description=__doc__.split("\n")[0])
-    add_arguments(p)
-    return run(p.parse_args(argv))
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -4,29 +4,24 @@ Each line: ``{"response": str, "ground_truth": <tests>}`` (``solution_str`` / ``
 aliases, optional ``extra_info``, ``id``). Prints a progress bar (stderr) and a verdict table; ``-o``
 writes one result line per record, in input order.
 
-The whole file is read and checked before anything runs. A line that is not a record (not UTF-8, not
-JSON, not an object, no response or no ground-truth field, a response that is not a string) is reported
-on stderr with its line number; without ``--skip-bad`` nothing is scored and the exit status is 2, with
-it the bad lines are left out and listed as skipped. A record whose ground truth is present but malformed
-is scored, as verdict ``sandbox_error`` (as in training).
+The whole file is read and checked before anything runs (:mod:`microcoder_ext.reward.batch`). A line that is
+not a record is reported on stderr with its line number; without ``--skip-bad`` nothing is scored and the exit
+status is 2, with it the bad lines are left out and listed as skipped.
 """
 
 from __future__ import annotations
 
 import argparse
-import codecs
 import collections
 import json
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
 
 from microcoder_ext.core import verdicts as V
+from microcoder_ext.reward.batch import InputError, read_records, why
 
 PROG = "microcoder eval-code"
 EXIT_OK, EXIT_SANDBOX, EXIT_INPUT = 0, 1, 2
-RESPONSE_KEYS = ("response", "solution_str")
-GROUND_TRUTH_KEYS = ("ground_truth", "tests")
 
 EPILOG = """\
 input: one JSON object per line
@@ -61,69 +56,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
-class InputError(Exception):
-    """The input file cannot be read at all."""
-
-
 def _err(msg: str) -> None:
     print(f"{PROG}: {msg}", file=sys.stderr)
-
-
-def _why(e: OSError) -> str:
-    return e.strerror or str(e)
-
-
-def _lines(path: str):
-    """``(line number, bytes or str)`` of every line; raises :class:`InputError` when unreadable."""
-    try:
-        if path == "-":
-            f = getattr(sys.stdin, "buffer", sys.stdin)
-            return list(enumerate(f, 1))
-        with open(path, "rb") as f:
-            return list(enumerate(f, 1))
-    except OSError as e:
-        raise InputError(f"cannot read {'<stdin>' if path == '-' else path}: {_why(e)}") from None
-
-
-def check_record(line) -> tuple[dict | None, str | None]:
-    """``(record, None)`` for a scorable line, ``(None, why)`` for a bad one."""
-    if isinstance(line, bytes):
-        try:
-            line = line.decode("utf-8")
-        except UnicodeDecodeError as e:
-            return None, f"not UTF-8 ({e.reason} at byte {e.start})"
-    try:
-        rec = json.loads(line)
-    except RecursionError:
-        return None, "invalid JSON (nested too deeply)"
-    except ValueError as e:
-        return None, f"invalid JSON ({e})"
-    if not isinstance(rec, dict):
-        return None, f"expected a JSON object, got {type(rec).__name__ if rec is not None else 'null'}"
-    missing = [f"{a!r} (or {b!r})" for a, b in (RESPONSE_KEYS, GROUND_TRUTH_KEYS) if a not in rec and b not in rec]
-    if missing:
-        return None, f"missing {' and '.join(missing)}"
-    resp = rec[RESPONSE_KEYS[0]] if RESPONSE_KEYS[0] in rec else rec[RESPONSE_KEYS[1]]
-    if not isinstance(resp, str):
-        return None, f"the response must be a string, got {type(resp).__name__ if resp is not None else 'null'}"
-    return rec, None
-
-
-def read_records(path: str) -> tuple[list[tuple[int, dict]], list[tuple[int, str]]]:
-    """All records of ``path`` (``-``: stdin): ``(good [(line, record)], bad [(line, why)])``; empty lines
-    are neither. Raises :class:`InputError` when the file cannot be read."""
-    good, bad = [], []
-    for n, line in _lines(path):
-        if n == 1 and isinstance(line, bytes) and line.startswith(codecs.BOM_UTF8):
-            line = line[len(codecs.BOM_UTF8):]
-        if not line.strip():
-            continue
-        rec, why = check_record(line)
-        if rec is None:
-            bad.append((n, why))
-        else:
-            good.append((n, rec))
-    return good, bad
 
 
 def _progress(total: int, disabled: bool):
@@ -166,8 +100,8 @@ def run(args) -> int:
     except InputError as e:
         _err(str(e))
         return EXIT_INPUT
-    for n, why in bad:
-        _err(f"{name}:{n}: {why}")
+    for n, reason in bad:
+        _err(f"{name}:{n}: {reason}")
     if bad and not args.skip_bad:
         _err(f"{len(bad)} bad line{'s' if len(bad) != 1 else ''} in {name}; nothing scored "
              "(fix them, or pass --skip-bad to score the other records)")
@@ -180,7 +114,7 @@ def run(args) -> int:
         try:
             out = open(args.output, "w", encoding="utf-8")
         except OSError as e:
-            _err(f"cannot write {args.output}: {_why(e)}")
+            _err(f"cannot write {args.output}: {why(e)}")
             return EXIT_INPUT
     try:
         return _score(args, recs, [n for n, _ in bad], out)
@@ -190,7 +124,8 @@ def run(args) -> int:
 
 
 def _score(args, recs: list[tuple[int, dict]], skipped: list[int], out) -> int:
-    from . import Engine, EngineConfig, evaluate_response
+    from microcoder_ext.reward import Engine, EngineConfig
+    from microcoder_ext.reward.batch import score_records
 
     engine = Engine(EngineConfig(workers=args.workers, timeout=args.timeout, memory_mb=args.memory_mb,
                                  stop_on_first_failure=not args.all_tests))
@@ -202,21 +137,8 @@ def _score(args, recs: list[tuple[int, dict]], skipped: list[int], out) -> int:
         active = [k for k in ("uid_drop", "seccomp", "landlock") if layers.get(k) == "active"]
         print(f"sandbox layers active: {', '.join(active) or 'none'}", file=sys.stderr)
     bar = _progress(len(recs), args.no_progress)
-
-    def score(item):
-        n, rec = item
-        resp = rec[RESPONSE_KEYS[0]] if RESPONSE_KEYS[0] in rec else rec[RESPONSE_KEYS[1]]
-        gt = rec[GROUND_TRUTH_KEYS[0]] if GROUND_TRUTH_KEYS[0] in rec else rec[GROUND_TRUTH_KEYS[1]]
-        res = evaluate_response(resp, gt, rec.get("extra_info"), engine=engine).to_dict()
-        res["line"] = n
-        if "id" in rec:
-            res["id"] = rec["id"]
-        bar.update(1)
-        return res
-
     try:
-        with ThreadPoolExecutor(max_workers=max(1, engine.size)) as pool:
-            results = list(pool.map(score, recs))
+        results = score_records(engine, recs, on_done=lambda: bar.update(1))
     finally:
         bar.close()
         engine.close()
@@ -226,7 +148,7 @@ def _score(args, recs: list[tuple[int, dict]], skipped: list[int], out) -> int:
                 out.write(json.dumps(r) + "\n")
             out.flush()
         except OSError as e:
-            _err(f"cannot write {args.output}: {_why(e)}")
+            _err(f"cannot write {args.output}: {why(e)}")
             return EXIT_INPUT
     print(verdict_table(results, skipped))
     print(f"{len(results)} responses in {time.monotonic() - t0:.1f} s"

@@ -4,24 +4,20 @@
   microcoder eval --lcb FILE|HUB_ID --release v6 --model PATH --n 4 --temperature 0.6 --top-p 0.95 --max-tokens 4096
   microcoder eval --compare run_a.json run_b.json paper:4b-4k [--png cmp.png]      (no scoring: side by side)
 
-Every response is scored with the training reward (:func:`microcoder_ext.reward.evaluate_response` on a sandboxed
-:class:`~microcoder_ext.reward.Engine`, configured from the MICROCODER_REWARD_* / MICROCODER_SANDBOX_* environment
-as in training, ``--workers/--timeout/--memory-mb`` on top); a response counts as correct when its verdict is
-``correct`` (every test passed). Only the standard library is imported at module level.
+Every response is scored with the training reward (:mod:`microcoder_ext.eval.scoring`, ``--workers/--timeout/
+--memory-mb`` on top of the environment's engine settings); a response counts as correct when its verdict is
+``correct`` (every test passed). Problems: :mod:`microcoder_ext.eval.problems`; the table, JSON and PNG:
+:mod:`microcoder_ext.eval.report`. Nothing heavy is imported at module level.
 """
 
 from __future__ import annotations
 
 import argparse
-import collections
-import json
 import os
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 
-from microcoder_ext.jsonl import iter_objects
+from microcoder_ext.eval.problems import EvalInputError
 
 PROG = "microcoder eval"
 EXIT_OK, EXIT_SCORING, EXIT_INPUT = 0, 1, 2
@@ -52,10 +48,6 @@ exit status: 0 scored; 1 scoring failed (sandbox unavailable, or a response got 
 the table is still printed and written, marked); 2 usage or unreadable input (problem/responses file,
 responses for unknown problem ids, problems without responses, k larger than n, vLLM unavailable)
 """
-
-
-class EvalInputError(Exception):
-    """Bad usage or unreadable input: one message on stderr, exit status 2."""
 
 
 def _err(msg: str) -> None:
@@ -151,147 +143,7 @@ def _check_args(args) -> tuple[int, ...]:
     return ks
 
 
-# ---------------------------------------------------------------------------------------------------- problems
-
-
-@dataclass
-class EvalProblem:
-    id: str
-    ground_truth: object
-    messages: list = field(default_factory=list)
-    platform: str | None = None
-    difficulty: str | None = None
-    date: str | None = None
-    title: str = ""
-    extra_info: dict = field(default_factory=dict)
-
-    @classmethod
-    def from_problem(cls, p) -> "EvalProblem":
-        return cls(p.id, json.dumps(p.tests), [{"role": "user", "content": p.prompt_text()}], p.platform,
-                   p.difficulty, p.date, p.title, p.metadata())
-
-
-def _plain(v):
-    return v.tolist() if hasattr(v, "tolist") else v
-
-
-def _from_verl_row(row: dict, i: int, where: str) -> EvalProblem:
-    info = _plain(row.get("extra_info")) or {}
-    rm = row.get("reward_model") or {}
-    if "ground_truth" not in rm:
-        raise EvalInputError(f"{where}: row {i} has no reward_model.ground_truth")
-    return EvalProblem(str(info.get("id", i)), rm["ground_truth"], _plain(row.get("prompt")) or [],
-                       info.get("platform"), info.get("difficulty"), info.get("date"), info.get("title") or "", info)
-
-
-def _from_jsonl_record(rec: dict, where: str) -> EvalProblem:
-    if "label" in rec:  # OpenRLHF row
-        meta = {k[5:]: v for k, v in rec.items() if k.startswith("meta_")}
-        prompt = rec.get("prompt")
-        msgs = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else (prompt or [])
-        if "id" not in meta:
-            raise EvalInputError(f"{where}: OpenRLHF row without meta_id")
-        return EvalProblem(str(meta["id"]), rec["label"], msgs, meta.get("platform"), meta.get("difficulty"),
-                           meta.get("date"), meta.get("title") or "", meta)
-    if "reward_model" in rec:
-        return _from_verl_row(rec, 0, where)
-    if "tests" in rec and "statement" in rec and "id" in rec:
-        from microcoder_ext.data.problem import Problem
-
-        try:
-            return EvalProblem.from_problem(Problem(**rec))
-        except TypeError as e:
-            raise EvalInputError(f"{where}: not a Problem record ({e})") from None
-    raise EvalInputError(f"{where}: unknown record (expected an OpenRLHF row with 'label', a verl row with "
-                         "'reward_model', or a Problem record with 'id', 'statement', 'tests')")
-
-
-def load_problems_file(path: str) -> list[EvalProblem]:
-    if not os.path.isfile(path):
-        raise EvalInputError(f"problems file {path} does not exist" if not os.path.exists(path)
-                             else f"problems file {path} is not a file")
-    out: list[EvalProblem] = []
-    if path.endswith(".parquet"):
-        try:
-            import pyarrow.parquet as pq
-
-            rows = pq.read_table(path).to_pylist()
-        except ImportError:
-            raise EvalInputError("reading parquet needs pyarrow") from None
-        except Exception as e:  # ArrowInvalid, OSError
-            raise EvalInputError(f"{path}: not a readable parquet file ({str(e).splitlines()[0]})") from None
-        out = [_from_verl_row(r, i, path) for i, r in enumerate(rows)]
-    else:
-        out = [_from_jsonl_record(rec, where) for where, rec in iter_objects(path, EvalInputError)]
-    if not out:
-        raise EvalInputError(f"{path}: no problems")
-    dup = [k for k, n in collections.Counter(p.id for p in out).items() if n > 1]
-    if dup:
-        raise EvalInputError(f"{path}: duplicate problem ids: {', '.join(dup[:5])}")
-    return out
-
-
-def load_problems(args) -> tuple[list[EvalProblem], dict]:
-    """The problems to evaluate and the selection settings (source, date window)."""
-    start, end = args.start_date, args.end_date
-    sel = {"start_date": start, "end_date": end, "release": args.release}
-    if args.lcb:
-        try:
-            from microcoder_ext.data.lcb import read_lcb
-        except ImportError as e:
-            raise EvalInputError(f"--lcb needs microcoder_ext.data.lcb ({e})") from None
-        try:
-            probs = [EvalProblem.from_problem(p) for p in read_lcb(args.lcb, start_date=start, end_date=end,
-                                                                    release=args.release)]
-        except (OSError, ValueError) as e:
-            raise EvalInputError(f"--lcb {args.lcb}: {e}") from None
-        if not probs:
-            raise EvalInputError(f"--lcb {args.lcb}: no problems in the selected window")
-        from microcoder_ext.data.lcb import window
-
-        start, end = window(args.release, start, end)
-        return probs, {"source": args.lcb, **sel, "start_date": start, "end_date": end}
-    probs = load_problems_file(args.problems)
-    if args.release or start or end:
-        try:
-            from microcoder_ext.data.lcb import in_window, window
-        except ImportError as e:
-            raise EvalInputError(f"a date window needs microcoder_ext.data.lcb ({e})") from None
-        try:
-            start, end = window(args.release, start, end)
-        except ValueError as e:
-            raise EvalInputError(f"--release: {e}") from None
-        sel.update(start_date=start, end_date=end)
-        undated = [p.id for p in probs if not p.date]
-        if undated:
-            raise EvalInputError(f"{args.problems}: a date window was given but {len(undated)} problems have no "
-                                 f"date (e.g. {', '.join(undated[:3])})")
-        probs = [p for p in probs if in_window(str(p.date)[:10], start, end)]
-        if not probs:
-            raise EvalInputError(f"{args.problems}: no problem dated in [{start or '...'}, {end or '...'})")
-    return probs, {"source": args.problems, **sel}
-
-
-def match_responses(problems: list[EvalProblem], responses: dict[str, list[str]], allow_missing: bool,
-                    where: str) -> list[EvalProblem]:
-    """Problems that have responses; unknown ids (and, unless allowed, problems without responses) raise."""
-    known = {p.id for p in problems}
-    unknown = [pid for pid in responses if pid not in known]
-    if unknown:
-        raise EvalInputError(f"{where}: responses for {len(unknown)} unknown problem id"
-                             f"{'s' if len(unknown) != 1 else ''}: {', '.join(unknown[:5])}"
-                             f"{', ...' if len(unknown) > 5 else ''} (not in the {len(known)} problems)")
-    missing = [p.id for p in problems if not responses.get(p.id)]
-    if missing and not allow_missing:
-        raise EvalInputError(f"{where}: no response for {len(missing)} of {len(problems)} problems: "
-                             f"{', '.join(missing[:5])}{', ...' if len(missing) > 5 else ''} "
-                             "(--allow-missing leaves them out)")
-    if missing:
-        _err(f"leaving out {len(missing)} problems without responses")
-    return [p for p in problems if responses.get(p.id)]
-
-
-# ---------------------------------------------------------------------------------------------------- scoring
+# ---------------------------------------------------------------------------------------------------- progress
 
 
 def _progress(total: int, disabled: bool):
@@ -304,50 +156,6 @@ def _progress(total: int, disabled: bool):
             def update(self, n=1): pass
             def close(self): pass
         return _Null()
-
-
-def score(problems: list[EvalProblem], responses: dict[str, list[str]], args) -> tuple[list, str | None, dict]:
-    """Score every response: ``([ProblemResult], fatal engine error or None, engine settings)``."""
-    from dataclasses import asdict
-
-    from microcoder_ext.reward import Engine, EngineConfig, evaluate_response
-
-    from .breakdown import ProblemResult
-
-    overrides = {"workers": args.workers or EngineConfig.from_env().workers}
-    if args.timeout is not None:
-        overrides["timeout"] = args.timeout
-    if args.memory_mb is not None:
-        overrides["memory_mb"] = args.memory_mb
-    engine = Engine(EngineConfig.from_env(), **overrides)
-    cfg = {k: v for k, v in asdict(engine.config).items() if k in ("timeout", "memory_mb", "stop_on_first_failure")}
-    jobs = [(p, r) for p in problems for r in responses[p.id]]
-    bar = None
-    try:
-        layers = engine.warmup()
-        if engine.fatal:
-            return [], engine.fatal, cfg
-        cfg["sandbox_layers"] = {k: layers.get(k) for k in ("uid_drop", "seccomp", "landlock")}
-        bar = _progress(len(jobs), args.no_progress)
-
-        def one(job):
-            p, resp = job
-            v = evaluate_response(resp, p.ground_truth, p.extra_info, engine=engine).verdict
-            bar.update(1)
-            return v
-
-        with ThreadPoolExecutor(max_workers=max(1, engine.size)) as pool:
-            verdicts = list(pool.map(one, jobs))
-    finally:
-        if bar is not None:
-            bar.close()
-        engine.close()
-    per: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
-    for (p, _), v in zip(jobs, verdicts):
-        per[p.id][str(v)] += 1
-    results = [ProblemResult(p.id, p.platform, p.difficulty, sum(per[p.id].values()), per[p.id].get("correct", 0),
-                             dict(per[p.id]), p.date, p.title) for p in problems]
-    return results, engine.fatal, cfg
 
 
 # ---------------------------------------------------------------------------------------------------- run
@@ -363,8 +171,8 @@ def run(args) -> int:
 
 
 def _compare_runs(specs: list[str], ks) -> list:
-    from .paper import UnknownReference
-    from .report import RunFileError, load_run, paper_runs
+    from microcoder_ext.eval.paper import UnknownReference
+    from microcoder_ext.eval.report import RunFileError, load_run, paper_runs
 
     out = []
     for spec in specs:
@@ -376,7 +184,9 @@ def _compare_runs(specs: list[str], ks) -> list:
 
 
 def _run(args, ks) -> int:
-    from . import report
+    from microcoder_ext.eval import report
+    from microcoder_ext.eval.problems import load_problems, match_responses
+    from microcoder_ext.eval.scoring import score
 
     compare = _compare_runs(args.compare, ks)  # checked before any scoring
     if not (args.problems or args.lcb):
@@ -387,19 +197,23 @@ def _run(args, ks) -> int:
             report.plot(compare, ks[0], report.title_for(None, ks[0]), args.png)
         return EXIT_OK
 
-    problems, selection = load_problems(args)
+    problems, selection = load_problems(problems=args.problems, lcb=args.lcb, release=args.release,
+                                        start_date=args.start_date, end_date=args.end_date)
     settings = {"problems": selection, "k": list(ks)}
     if args.responses:
-        from .generate import ResponsesError, read_responses
+        from microcoder_ext.eval.generate import ResponsesError, read_responses
 
         try:
             responses = read_responses(args.responses)
         except ResponsesError as e:
             raise EvalInputError(str(e)) from None
-        problems = match_responses(problems, responses, args.allow_missing, args.responses)
+        problems, missing = match_responses(problems, responses, args.allow_missing, args.responses)
+        if missing:
+            _err(f"leaving out {len(missing)} problems without responses")
         settings["responses"] = args.responses
     else:
-        from .generate import GenerationSettings, GenerationUnavailable, generate_vllm, write_responses
+        from microcoder_ext.eval.generate import (GenerationSettings, GenerationUnavailable, generate_vllm,
+                                                  write_responses)
 
         gs = GenerationSettings(args.model, args.n, args.temperature, args.top_p, args.max_tokens, args.seed,
                                 args.tensor_parallel_size, args.gpu_memory_utilization, args.max_model_len,
@@ -418,7 +232,9 @@ def _run(args, ks) -> int:
     settings["n_samples"] = ns[0] if len(ns) == 1 else f"{ns[0]}..{ns[-1]}"
 
     t0 = time.monotonic()
-    results, fatal, engine_cfg = score(problems, responses, args)
+    results, fatal, engine_cfg = score(problems, responses, workers=args.workers, timeout=args.timeout,
+                                       memory_mb=args.memory_mb,
+                                       progress=lambda total: _progress(total, args.no_progress))
     if fatal:
         _err(f"scoring failed: sandbox unavailable: {fatal}")
         return EXIT_SCORING

@@ -62,27 +62,11 @@ def _split_own(argv: list[str]) -> tuple[list[str], set[str]]:
     return [a for a in argv if a not in own], own
 
 
-def plan_from_argv(argv: list[str]):
-    """verl: ``[RECIPE|none] [OVERRIDES...]`` -> TrainingPlan (first word without ``=`` is the recipe)."""
-    from microcoder_ext.verl.doctor import plan_from_args
-
-    recipe = None
-    if argv and "=" not in argv[0] and not argv[0].startswith(("+", "~", "-")):
-        recipe, argv = argv[0], argv[1:]
-        recipe = None if recipe.lower() in ("none", "-") else recipe
-    bad = [a for a in argv if "=" not in a]
-    if bad:
-        raise _UsageError(f"verl overrides are key=value (Hydra); not understood: {' '.join(bad)}")
-    return plan_from_args(recipe, argv)
-
-
 class _UsageError(Exception):
     pass
 
 
 def _adapter(framework: str):
-    if framework == "verl":
-        return plan_from_argv
     module, fn = ADAPTERS[framework]
     try:
         mod = importlib.import_module(module)

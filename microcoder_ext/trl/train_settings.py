@@ -1,94 +1,31 @@
-"""``microcoder train``: MicroCoder-GRPO with Hugging Face TRL 1.16 on one GPU (full or LoRA), several GPUs
-(``accelerate launch``) or CPU.
+"""``microcoder train``'s flags -> the validated settings of a TRL run (:class:`Plan`: ``GRPOConfig`` overrides,
+the ``microcoder:`` config, mask / temperature controller on or off, LoRA).
 
-The flags of MicroCoder's own ``train_grpo.py`` (``--model_name_or_path``, ``--use_conditional_mask``,
-``--diversity_driven_temp``, ``--remove_kl_loss``, ``--clipping_ratio``, ``--per_device_train_batch_size``,
-``--gradient_accumulation_steps``) plus LoRA, the temperature mode, a preset, and every ``microcoder.*`` key as a
-``--mc.<section>.<key>`` flag (the OpenRLHF launcher's, generated from :mod:`microcoder_ext.core.config`).
+The flags (:func:`add_flags`): MicroCoder's own ``train_grpo.py`` (``--model_name_or_path``,
+``--use_conditional_mask``, ``--diversity_driven_temp``, ``--remove_kl_loss``, ``--clipping_ratio``,
+``--per_device_train_batch_size``, ``--gradient_accumulation_steps``) plus LoRA, the temperature mode, a preset, and
+every ``microcoder.*`` key as a ``--mc.<section>.<key>`` flag (the OpenRLHF launcher's, generated from
+:mod:`microcoder_ext.core.config`).
 
-How the settings are put together: the preset (``--preset``, default ``microcoder``:
-:data:`microcoder_ext.trl.config.PRESETS`) gives the ``GRPOConfig`` and whether the mask and the temperature controller
-run; the seed's flags, when given, change exactly what they name (so ``--preset grpo_baseline --remove_kl_loss True``
-is the GRPO baseline without KL); the ``--mc.*`` flags set ``microcoder.*`` keys. A seed flag and a ``--mc.*`` flag
-that set the same thing differently are an error. Everything is validated before the model is loaded; a bad value
-prints one ``error:`` line per problem and exits with status 2.
-
-Only the standard library is imported at module level (``microcoder --help`` stays fast).
+How they are put together (:func:`plan`): the preset (``--preset``, default ``microcoder``:
+:data:`microcoder_ext.trl.config.PRESETS`) gives the ``GRPOConfig`` and whether the mask and the temperature
+controller run; the seed's flags, when given, change exactly what they name (so ``--preset grpo_baseline
+--remove_kl_loss True`` is the GRPO baseline without KL); the ``--mc.*`` flags set ``microcoder.*`` keys. A seed flag
+and a ``--mc.*`` flag that set the same thing differently are an error. Every problem is collected into one
+:class:`UsageError` before anything is loaded. Only the standard library is imported at module level.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
-import sys
-import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Sequence
 
-from microcoder_ext.jsonl import iter_objects
-
-PROG = "microcoder train"
-EXIT_OK, EXIT_USAGE = 0, 2
 PRESET_NAMES = ("microcoder", "mask_only", "dapo_baseline", "grpo_baseline")  # microcoder_ext.trl.config.PRESETS
 TEMPERATURE_MODES = ("constant", "staged", "auto")
 DEFAULT_BETA = 0.001  # --remove_kl_loss False: the grpo_baseline preset's KL coefficient
-
-DESCRIPTION = (
-    "MicroCoder-GRPO through Hugging Face TRL's GRPOTrainer (microcoder_ext.trl.trainer.MicrocoderGRPOTrainer): the "
-    "conditional truncation mask and the diversity-determined temperature inside TRL's step, the sandboxed code "
-    "reward (microcoder_ext.trl.reward.CodeReward), no KL + clip-higher. One GPU, LoRA, CPU, or several GPUs with "
-    "accelerate launch."
-)
-
-EPILOG = """\
-the seed's flags (MicroCoder's train_grpo.py) and what they set:
-  --use_conditional_mask B   microcoder.mask.enable = B (the conditional truncation mask)
-  --diversity_driven_temp B  True: the temperature controller in mode auto (diversity-determined, starting at
-                             --temperature, which must be one of --mc.temperature.candidates);
-                             False: mode constant at --temperature
-  --remove_kl_loss B         True: GRPOConfig.beta = 0 (no KL term, no reference model);
-                             False: beta = --beta (default 0.001)
-  --clipping_ratio X         the HIGH clipping ratio: GRPOConfig.epsilon_high = X, the ratio is clipped to
-                             [1 - epsilon, 1 + X] (epsilon = --epsilon, default 0.2). The paper removes the KL loss
-                             "with high clipping ratios"; the seed's 0.3 is read as that upper bound (our reading:
-                             its train_grpo.py is not public). Presets use 0.28 (DAPO).
-  Booleans take True/False (also true/false, 1/0, yes/no).
-
-presets (--preset; the seed's flags and --mc.* change them):
-  microcoder     no KL, clip 0.2/0.28, token-mean (loss dapo), conditional mask, temperature controller (default)
-  mask_only      TRL's GRPOConfig defaults + the conditional mask
-  dapo_baseline  no KL, clip 0.2/0.28, token-mean, constant temperature 1.2, no mask
-  grpo_baseline  KL beta 0.001, clip 0.2/0.2, token-mean, constant temperature 1.2, no mask
-
-data (--dataset):
-  a .parquet file: verl rows of `microcoder data prepare` (prompt = chat messages, reward_model.ground_truth)
-  a .jsonl/.jsonl.gz file: OpenRLHF lines of `microcoder data prepare` (prompt, label), our problem records
-    (Problem.to_dict(): statement, tests, ...), or any rows with `prompt` and `tests`
-  a directory: the output of `microcoder data prepare` (train.parquet, else train.jsonl, else problems.train.jsonl)
-  otherwise a Hugging Face dataset name (datasets.load_dataset(NAME, --dataset_config, split=--dataset_split))
-    with one of the row shapes above
-  Prompts that are chat messages go through the tokenizer's chat template (without one, their contents are joined
-  as plain text). The tests go to the reward as its ground truth ({"inputs", "outputs", "fn_name"?} or stdin/stdout).
-
-examples:
-  microcoder train --model_name_or_path Qwen/Qwen3-1.7B --dataset data/ --output_dir runs/mc \\
-      --use_conditional_mask True --diversity_driven_temp True --remove_kl_loss True --clipping_ratio 0.3 \\
-      --per_device_train_batch_size 4 --gradient_accumulation_steps 8 --use_lora
-  several GPUs (one process each; accelerate's own flags first; both forms run the same code):
-    accelerate launch --num_processes 4 -m microcoder_ext.trl.train_cli --model_name_or_path ... --dataset ...
-    accelerate launch --num_processes 4 $(which microcoder) train --model_name_or_path ... --dataset ...
-  (per_device_train_batch_size x gradient_accumulation_steps x processes must be a multiple of num_generations)
-  CPU smoke run:
-    microcoder train --model_name_or_path ./tiny --dataset data/train.parquet --use_cpu --max_steps 1 \\
-      --num_generations 2 --per_device_train_batch_size 2 --gradient_accumulation_steps 1 --max_completion_length 32
-
-output: OUTPUT_DIR with TRL's checkpoints and logs (the microcoder/* metrics among TRL's), the final model (LoRA:
-the adapter) and microcoder_train.json (the effective settings and TRL's log history). exit status: 0 trained; 2 bad flags or input
-(one error line per problem, nothing loaded); 1 training failed.
-"""
 
 
 class UsageError(Exception):
@@ -140,13 +77,11 @@ def clipping_ratio_value(text: str) -> float:
     return value
 
 
-# ------------------------------------------------------------------------------------------------ arguments
+# ------------------------------------------------------------------------------------------------ flags
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.description = DESCRIPTION
-    parser.epilog = EPILOG
-    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+def add_flags(parser: argparse.ArgumentParser) -> None:
+    """Every flag of ``microcoder train`` (the doctor and the smoke parse the same command line)."""
     B = "{True,False}"
 
     g = parser.add_argument_group("model and data")
@@ -249,7 +184,7 @@ def _add_mc_flags(parser: argparse.ArgumentParser) -> None:
 
 @dataclass
 class Plan:
-    """Everything :func:`run` will do, validated."""
+    """Everything ``microcoder train`` will do, validated."""
 
     preset: str
     grpo: dict  # GRPOConfig overrides (on top of the preset's)
@@ -267,7 +202,8 @@ class Plan:
                 "microcoder": dataclasses.asdict(self.microcoder), "notes": self.notes}
 
 
-def _given_mc(args: argparse.Namespace) -> tuple[dict[str, Any], list[str]]:
+def given_mc(args: argparse.Namespace) -> tuple[dict[str, Any], list[str]]:
+    """The ``--mc.*`` values given on the command line (key -> value) and the errors of their post-processing."""
     from microcoder_ext.openrlhf import options as mc
 
     given, errors = {}, []
@@ -289,7 +225,7 @@ def plan(args: argparse.Namespace, *, cuda: bool | None = None) -> Plan:
 
     preset = PRESETS[args.preset]
     base = preset_settings(args.preset)
-    given, errors = _given_mc(args)
+    given, errors = given_mc(args)
     notes: list[str] = []
     keys: dict[str, Any] = {}  # microcoder.* keys the seed flags set, for conflicts with --mc.*
 
@@ -369,10 +305,10 @@ def plan(args: argparse.Namespace, *, cuda: bool | None = None) -> Plan:
     if args.use_vllm and use_cpu:
         errors.append("--use_vllm needs a GPU (vLLM generation)")
     lr = args.learning_rate if args.learning_rate is not None else (1e-5 if args.use_lora else 1e-6)
-    per_step = args.per_device_train_batch_size * args.gradient_accumulation_steps * _world_size()
+    per_step = args.per_device_train_batch_size * args.gradient_accumulation_steps * world_size()
     if per_step % args.num_generations:
         errors.append(f"--per_device_train_batch_size {args.per_device_train_batch_size} x "
-                      f"--gradient_accumulation_steps {args.gradient_accumulation_steps} x {_world_size()} process(es) "
+                      f"--gradient_accumulation_steps {args.gradient_accumulation_steps} x {world_size()} process(es) "
                       f"= {per_step} completions per step is not a multiple of --num_generations "
                       f"{args.num_generations}")
     if args.max_steps == 0 or args.max_steps < -1:
@@ -446,7 +382,8 @@ def _report_to(text: str) -> list[str] | str:
     return "none" if not names or names == ["none"] else names
 
 
-def _world_size() -> int:
+def world_size() -> int:
+    """Processes of this launch (``$WORLD_SIZE``, set by ``accelerate launch``; 1 when unset or invalid)."""
     try:
         return max(1, int(os.environ.get("WORLD_SIZE", "1")))
     except ValueError:
@@ -462,249 +399,8 @@ def _cuda_available() -> bool:
         return False
 
 
-# ------------------------------------------------------------------------------------------------ data
-
-
-class DatasetError(UsageError):
-    pass
-
-
-def _read_jsonl(path: Path) -> list[dict]:
-    return [row for _, row in iter_objects(path, DatasetError)]
-
-
-def _local_file(path: Path) -> Path:
-    if path.is_dir():
-        for name in ("train.parquet", "train.jsonl", "problems.train.jsonl"):
-            if (path / name).is_file():
-                return path / name
-        raise DatasetError(f"--dataset {path}: a directory without train.parquet, train.jsonl or problems.train.jsonl "
-                           "(the files `microcoder data prepare` writes)")
-    return path
-
-
-def read_rows(spec: str, *, config: str | None = None, split: str = "train") -> tuple[list[dict], str]:
-    """Rows of a local parquet/JSONL (or a prepare directory) or of a Hugging Face dataset; and where they came from."""
-    path = Path(spec)
-    if path.exists():
-        path = _local_file(path)
-        name = path.name.lower()
-        try:
-            if name.endswith(".parquet"):
-                import pyarrow.parquet as pq
-
-                return pq.read_table(path).to_pylist(), str(path)
-            if name.endswith((".jsonl", ".jsonl.gz", ".json")):
-                return _read_jsonl(path), str(path)
-        except DatasetError:
-            raise
-        except Exception as e:  # noqa: BLE001 - unreadable file
-            raise DatasetError(f"--dataset {path}: cannot read it ({type(e).__name__}: {e})") from None
-        raise DatasetError(f"--dataset {path}: not a .parquet, .jsonl, .jsonl.gz or .json file")
-    if spec.startswith((".", "/", "~")) or spec.endswith((".parquet", ".jsonl", ".gz", ".json")):
-        raise DatasetError(f"--dataset {spec}: no such file or directory")
-    try:
-        import datasets
-
-        ds = datasets.load_dataset(spec, config, split=split)
-    except Exception as e:  # noqa: BLE001 - offline, unknown name, gated, bad split
-        raise DatasetError(f"--dataset {spec}: not a local file, and loading it as a Hugging Face dataset failed "
-                           f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})") from None
-    return [dict(r) for r in ds], f"hf:{spec}" + (f":{config}" if config else "") + f"[{split}]"
-
-
-def _tests_text(value: Any) -> str | None:
-    if value is None:
-        return None
-    if isinstance(value, (bytes, bytearray)):
-        value = value.decode()
-    if isinstance(value, str):
-        return value if value.strip() else None
-    return json.dumps(value)
-
-
-def to_trl_row(row: dict, index: int) -> dict:
-    """One dataset row -> ``{"prompt", "tests", "extra_info"}`` (the columns :class:`CodeReward` reads)."""
-    prompt, tests, info = row.get("prompt"), None, None
-    rm = row.get("reward_model")
-    if isinstance(rm, dict) and rm.get("ground_truth") is not None:  # verl
-        tests, info = rm["ground_truth"], row.get("extra_info")
-    elif row.get("label") is not None and prompt is not None:  # OpenRLHF
-        tests = row["label"]
-        info = {k[len("meta_"):]: v for k, v in row.items() if k.startswith("meta_")} or None
-    elif row.get("tests") is not None and prompt is None and row.get("statement") is not None:  # Problem.to_dict()
-        from microcoder_ext.data.problem import Problem
-
-        t = row["tests"]
-        t = json.loads(t) if isinstance(t, str) else t
-        known = {k: row[k] for k in ("id", "source", "statement", "title", "starter_code", "difficulty", "platform",
-                                     "date", "solutions", "extra") if k in row and row[k] is not None}
-        p = Problem(**{"id": str(row.get("id", index)), "source": str(row.get("source", "local")), **known, "tests": t})
-        prompt, tests, info = [{"role": "user", "content": p.prompt_text()}], t, p.metadata()
-    elif row.get("tests") is not None:
-        tests, info = row["tests"], row.get("extra_info")
-    if prompt is None or tests is None:
-        cols = ", ".join(sorted(row))
-        raise DatasetError(f"row {index}: unknown row shape (columns: {cols}); expected verl (prompt, "
-                           "reward_model.ground_truth), OpenRLHF (prompt, label), a problem record (statement, tests) "
-                           "or prompt + tests")
-    if isinstance(prompt, str):
-        prompt_value: Any = prompt
-    elif isinstance(prompt, (list, tuple)) and all(isinstance(m, dict) and "content" in m for m in prompt):
-        prompt_value = [{"role": str(m.get("role", "user")), "content": str(m["content"])} for m in prompt]
-    else:
-        raise DatasetError(f"row {index}: prompt must be a string or a list of chat messages, got "
-                           f"{type(prompt).__name__}")
-    if isinstance(info, str):
-        try:
-            info = json.loads(info)
-        except ValueError:
-            info = None
-    return {"prompt": prompt_value, "tests": _tests_text(tests),
-            "extra_info": json.dumps(info, default=str) if isinstance(info, dict) else "{}"}
-
-
-def load_train_dataset(args: argparse.Namespace, tokenizer=None):
-    """The TRL dataset (columns prompt, tests, extra_info) and a one-line description."""
-    rows, origin = read_rows(args.dataset, config=args.dataset_config, split=args.dataset_split)
-    if args.max_samples:
-        rows = rows[: args.max_samples]
-    if not rows:
-        raise DatasetError(f"--dataset {origin}: no rows")
-    out = [to_trl_row(r, i) for i, r in enumerate(rows)]
-    chat = tokenizer is None or getattr(tokenizer, "chat_template", None)
-    if not chat:  # conversational prompts need a chat template: plain text instead
-        for r in out:
-            if isinstance(r["prompt"], list):
-                r["prompt"] = "\n\n".join(m["content"] for m in r["prompt"])
-    dropped = 0
-    if args.max_prompt_length and tokenizer is not None:
-        keep = []
-        for r in out:
-            text = r["prompt"] if isinstance(r["prompt"], str) else tokenizer.apply_chat_template(
-                r["prompt"], tokenize=False, add_generation_prompt=True)
-            if len(tokenizer(text, add_special_tokens=False)["input_ids"]) <= args.max_prompt_length:
-                keep.append(r)
-        dropped, out = len(out) - len(keep), keep
-        if not out:
-            raise DatasetError(f"--dataset {origin}: every prompt is longer than --max_prompt_length "
-                               f"{args.max_prompt_length}")
-    from datasets import Dataset
-
-    desc = f"{len(out)} rows from {origin}" + (f" ({dropped} dropped: prompt > --max_prompt_length)" if dropped else "")
-    if not chat:
-        desc += "; the tokenizer has no chat template: chat prompts joined as plain text"
-    return Dataset.from_list(out), desc
-
-
-# ------------------------------------------------------------------------------------------------ run
-
-
-def _err(msg: str) -> None:
-    print(f"error: {msg}", file=sys.stderr)
-
-
-def run(args: argparse.Namespace) -> int:
-    try:
-        from microcoder_ext.trl.guard import check_trl
-
-        version = check_trl()
-    except ImportError as e:
-        _err(f"`microcoder train` needs TRL: pip install 'microcoder-ext[trl]' ({e})")
-        return EXIT_USAGE
-    except Exception as e:  # noqa: BLE001 - the guard's message says what differs
-        _err(str(e))
-        return EXIT_USAGE
-    try:
-        p = plan(args)
-    except UsageError as e:
-        for line in e.errors:
-            _err(line)
-        return EXIT_USAGE
-
-    is_main = int(os.environ.get("RANK", "0")) == 0
-    say = print if is_main else (lambda *a, **k: None)
-    tokenizer = None
-    if not args.dry_run:
-        try:
-            from transformers import AutoTokenizer
-
-            tokenizer = AutoTokenizer.from_pretrained(args.model_name_or_path, trust_remote_code=args.trust_remote_code)
-        except Exception as e:  # noqa: BLE001 - missing / offline / not a model
-            _err(f"--model_name_or_path {args.model_name_or_path}: cannot load its tokenizer "
-                 f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})")
-            return EXIT_USAGE
-        if tokenizer.pad_token is None:
-            tokenizer.pad_token = tokenizer.eos_token
-    try:
-        dataset, desc = load_train_dataset(args, tokenizer)
-    except UsageError as e:
-        for line in e.errors:
-            _err(line)
-        return EXIT_USAGE
-
-    settings = {"trl": version, "model": args.model_name_or_path, "dataset": desc, **p.to_dict()}
-    say(f"microcoder train: preset {p.preset}; mask {'on' if p.mask else 'off'}; temperature "
-        + (f"controller ({p.microcoder.temperature.mode}, start {p.grpo.get('temperature'):g})" if p.temperature_control
-           else f"constant {p.grpo.get('temperature', 'TRL default')}")
-        + f"; beta {p.grpo.get('beta', _preset_value(p.preset, 'beta'))}; clip [1 - "
-        + f"{p.grpo.get('epsilon', _preset_value(p.preset, 'epsilon'))}, 1 + "
-        + f"{p.grpo.get('epsilon_high', _preset_value(p.preset, 'epsilon_high'))}]"
-        + ("; LoRA r=%d alpha=%d" % (p.lora["r"], p.lora["lora_alpha"]) if p.lora else "")
-        + f"; {'CPU' if p.grpo['use_cpu'] else 'GPU'}")
-    say(f"data: {desc}")
-    for note in p.notes:
-        say(f"note: {note}")
-    if args.dry_run:
-        print(json.dumps(settings, indent=2, default=str))
-        return EXIT_OK
-
-    from microcoder_ext.trl.config import microcoder_grpo_config
-    from microcoder_ext.trl.reward import CodeReward
-    from microcoder_ext.trl.trainer import MicrocoderGRPOTrainer
-
-    try:
-        config = microcoder_grpo_config(p.preset, **p.grpo)
-    except (ValueError, TypeError) as e:  # GRPOConfig's own checks (batch divisibility, ...)
-        _err(f"GRPOConfig: {e}")
-        return EXIT_USAGE
-    peft_config = None
-    if p.lora:
-        from peft import LoraConfig
-
-        peft_config = LoraConfig(**p.lora)
-    out = Path(args.output_dir)
-    t0 = time.monotonic()
-    trainer = MicrocoderGRPOTrainer(
-        model=args.model_name_or_path, args=config, reward_funcs=[CodeReward(tests_key="tests")],
-        train_dataset=dataset, processing_class=tokenizer, peft_config=peft_config, microcoder=p.microcoder,
-        temperature_control=p.temperature_control)
-    result = trainer.train()
-    trainer.save_model(str(out))
-    if is_main:
-        out.mkdir(parents=True, exist_ok=True)
-        settings["wall_time_s"] = time.monotonic() - t0
-        settings["global_step"] = int(trainer.state.global_step)
-        settings["train_metrics"] = dict(result.metrics) if result is not None else {}
-        settings["log_history"] = list(trainer.state.log_history)  # TRL's own per-step logs
-        (out / "microcoder_train.json").write_text(json.dumps(settings, indent=2, default=str) + "\n")
-        say(f"done: {trainer.state.global_step} steps in {settings['wall_time_s']:.0f} s; model and "
-            f"microcoder_train.json in {out}")
-    return EXIT_OK
-
-
-def _preset_value(preset: str, key: str):
+def preset_value(preset: str, key: str):
+    """The preset's ``GRPOConfig`` value of ``key`` (``\"TRL default\"`` when the preset leaves it to TRL)."""
     from microcoder_ext.trl.config import preset_settings
 
     return preset_settings(preset).get(key, "TRL default")
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m microcoder_ext.trl.train_cli`` (what ``accelerate launch -m`` runs)."""
-    parser = argparse.ArgumentParser(prog="python -m microcoder_ext.trl.train_cli")
-    add_arguments(parser)
-    return run(parser.parse_args(argv))
-
-
-if __name__ == "__main__":
-    sys.exit(main())
