@@ -9,8 +9,9 @@ Every fenced block in a shell language (``bash``, ``sh``, ``shell``, ``console``
 
 Commands: in a ``console`` block the ``$ `` lines (with their ``\\`` continuation lines), in the other shell blocks
 every line that is not a comment (a trailing ``  # comment`` is not part of the command). Shown output: the lines
-after a ``$`` command up to the next one; ``...`` on a line of its own skips any number of lines, and ``...`` inside a
-line matches any text. The shown lines must appear in the real output in that order (other lines may come between
+after a ``$`` command up to the next one; ``...`` on a line of its own skips any number of lines, ``...`` inside a
+line matches any text, and a run of two or more spaces matches any run of spaces (column padding that depends on
+the machine's paths). The shown lines must appear in the real output in that order (other lines may come between
 them: the real output of a command is its stdout followed by its stderr).
 """
 
@@ -221,8 +222,8 @@ def run_block(block: Block, cwd: Path, env: dict[str, str], timeout: float = 900
 
 
 def _line_pattern(shown: str) -> re.Pattern:
-    parts = shown.split("...")
-    return re.compile(".*?".join(re.escape(p) for p in parts) + r"\Z", re.S)
+    parts = [re.sub(r"(?:\\ ){2,}", " +", re.escape(p)) for p in shown.split("...")]
+    return re.compile(".*?".join(parts) + r"\Z", re.S)
 
 
 def match_shown(shown: list[str], actual: str) -> str | None:
