@@ -53,6 +53,7 @@ from microcoder_ext.core.schedule import (
     MIN_STAGE_STEPS,
     MODES as TEMPERATURE_MODES,
     STARTS as TEMPERATURE_STARTS,
+    ScheduleError,
     normalize_stages,
     validate_candidates,
     validate_stages,
@@ -60,9 +61,23 @@ from microcoder_ext.core.schedule import (
 
 MISSING_VERDICT_POLICIES = ("score", "keep", "error")
 
+#: :attr:`ConfigError.code` of errors that are not about a temperature schedule (those carry the
+#: :class:`~microcoder_ext.core.schedule.ScheduleError` code)
+INVALID_VALUE = "invalid-value"
+UNKNOWN_KEY = "unknown-key"
+UNKNOWN_SECTION = "unknown-section"
+
 
 class ConfigError(ValueError):
-    """Invalid ``microcoder:`` configuration."""
+    """Invalid ``microcoder:`` configuration (or a framework setting that contradicts it). ``code``: which rule,
+    stable (:data:`INVALID_VALUE`, :data:`UNKNOWN_KEY`, :data:`UNKNOWN_SECTION`, a
+    :mod:`microcoder_ext.core.schedule` code for a refused temperature schedule, or an adapter's own code);
+    ``reason``: the problem in a few words. The message is for people and may be reworded."""
+
+    def __init__(self, message: str, code: str = INVALID_VALUE, reason: str | None = None):
+        super().__init__(message)
+        self.code = code
+        self.reason = message if reason is None else reason
 
 
 @dataclass(frozen=True)
@@ -163,8 +178,8 @@ class TemperatureConfig:
                 object.__setattr__(self, name, float(v))
         try:
             object.__setattr__(self, "stages", normalize_stages(self.stages))
-        except ValueError as e:
-            raise ConfigError(f"{key}{e}") from None
+        except ScheduleError as e:
+            raise ConfigError(f"{key}{e}", e.code, e.reason) from None
         if isinstance(self.candidates, (str, bytes)) or not isinstance(self.candidates, (list, tuple)):
             fail("candidates", "must be a list of temperatures")
         if not all(_real(c) and c > 0 for c in self.candidates):
@@ -174,13 +189,13 @@ class TemperatureConfig:
         if self.mode == "staged":
             try:
                 validate_stages(self.stages, self.min_stage_steps)
-            except ValueError as e:
-                raise ConfigError(f"{key}stages: {e}") from None
+            except ScheduleError as e:
+                raise ConfigError(f"{key}stages: {e}", e.code, e.reason) from None
         if self.mode == "auto":
             try:
                 validate_candidates(self.candidates, self.min_interval, self.min_stage_steps)
-            except ValueError as e:
-                raise ConfigError(f"{key}candidates/min_interval: {e}") from None
+            except ScheduleError as e:
+                raise ConfigError(f"{key}candidates/min_interval: {e}", e.code, e.reason) from None
             usable = [c for c in self.candidates if c <= self.max_temperature + 1e-9]
             if not usable:
                 fail("max_temperature", f"is below every candidate {self.candidates}")
@@ -204,7 +219,8 @@ def _section(name: str, cls: type, values: Mapping[str, Any] | None) -> Any:
     known = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(set(values) - known)
     if unknown:
-        raise ConfigError(f"unknown key(s) microcoder.{name}.{{{', '.join(unknown)}}}; known: {', '.join(sorted(known))}")
+        raise ConfigError(f"unknown key(s) microcoder.{name}.{{{', '.join(unknown)}}}; known: "
+                          f"{', '.join(sorted(known))}", UNKNOWN_KEY)
     # integers given where floats are expected (rho=1 on the command line) are fine
     for f in dataclasses.fields(cls):
         if f.name in values and f.type in ("float", float) and isinstance(values[f.name], int):
@@ -222,5 +238,6 @@ def parse_config(values: Mapping[str, Any] | None) -> MicrocoderConfig:
     values = dict(values or {})
     unknown = sorted(set(values) - set(_SECTIONS))
     if unknown:
-        raise ConfigError(f"unknown section(s) microcoder.{{{', '.join(unknown)}}}; known: {', '.join(_SECTIONS)}")
+        raise ConfigError(f"unknown section(s) microcoder.{{{', '.join(unknown)}}}; known: {', '.join(_SECTIONS)}",
+                          UNKNOWN_SECTION)
     return MicrocoderConfig(**{name: _section(name, cls, values.get(name)) for name, cls in _SECTIONS.items()})

@@ -59,6 +59,7 @@ from microcoder_ext.core.config import ConfigError, MaskConfig, TemperatureConfi
 from microcoder_ext.core.schedule import (
     MIN_STAGE_STEPS,
     MIN_TEMPERATURE_STEP,
+    ScheduleError,
     validate_candidates,
     validate_stages,
 )
@@ -272,13 +273,12 @@ def _rule_continuous(plan: TrainingPlan) -> Iterable[Finding]:
             validate_stages(t.stages)
         else:
             validate_candidates(t.candidates, t.min_interval)
-    except ValueError as e:
+    except ScheduleError as e:  # every refused schedule; the finding quotes its reason, never the message
         what = "stages" if t.mode == "staged" else "candidates/min_interval"
-        reason = str(e).split(": this is", 1)[0].split(": tiny", 1)[0].split(": the paper", 1)[0]
         yield Finding(
             "continuous-temperature", "error",
-            f"temperature {what} ramp too finely ({reason}; stages must last >= {MIN_STAGE_STEPS} steps and change by "
-            f">= {MIN_TEMPERATURE_STEP}); the trainers refuse it",
+            f"temperature {what} ramp too finely ({e.reason}; stages must last >= {MIN_STAGE_STEPS} steps and change "
+            f"by >= {MIN_TEMPERATURE_STEP}); the trainers refuse it",
             INSIGHT["continuous-temperature"],
             _fix(plan, ("temperature_stages", PAPER_STAGES),
                  prose=f"use a few long stages, e.g. stages {PAPER_STAGES} (the paper's single switch)"),

@@ -3,7 +3,8 @@
 The config is composed exactly like ``microcoder recipe show`` does (:func:`microcoder_ext.verl.recipes.compose`:
 verl's own ``ppo_trainer`` config, ``+recipe=NAME`` and the Hydra overrides), and verl's start-up checks run through
 :func:`microcoder_ext.verl.recipe_checks.check_config` (with its placeholder micro-batch sizes); their failures become
-``invalid-config`` findings unless a doctor rule already reports the same problem.
+``invalid-config`` findings unless a doctor rule already reports the same problem (told by the failure's code,
+:attr:`~microcoder_ext.verl.recipe_checks.CheckReport.failure_codes`).
 
 What verl 0.9.1 does, read from its config:
 
@@ -64,9 +65,15 @@ FIXES: dict[str, str] = {
     "logprob_temperature": f"{A}.rollout.temperature={{}}",
 }
 
-#: fragments of check_config failures that a doctor rule reports itself (kept out of invalid-config)
-_REPORTED_BY_RULES = ("microcoder.temperature.stages", "microcoder.temperature.candidates/min_interval",
-                      "is refused with a microcoder section", "reaches the sampler only through the")
+
+def _reported_by_rules() -> frozenset[str]:
+    """Codes of ``check_config`` failures that a doctor rule reports itself (kept out of ``invalid-config``): a
+    refused temperature schedule (``continuous-temperature``, or ``invalid-config`` already from the plan's own
+    parse), an async trainer mode (``async``), a controller without our agent loop (``temperature-mismatch``)."""
+    from microcoder_ext.core.schedule import CODES
+    from microcoder_ext.verl.temperature import AGENT_LOOP_REQUIRED, ASYNC_REFUSED
+
+    return CODES | {ASYNC_REFUSED, AGENT_LOOP_REQUIRED}
 
 
 def _int(v: Any) -> int | None:
@@ -162,8 +169,9 @@ def plan_from_verl(config, recipe: str | None = None, checks: bool = True) -> Tr
 
     if checks:
         report = check_config(config)
-        for failure in report.failures:
-            if not any(fragment in failure for fragment in _REPORTED_BY_RULES) and failure not in errors:
+        reported = _reported_by_rules()
+        for code, failure in zip(report.failure_codes, report.failures):
+            if code not in reported and failure not in errors:
                 errors.append(failure)
     plan.config_errors = errors
     return plan

@@ -37,6 +37,9 @@ MASK_TRAINER_MODE = "microcoder_sync"
 #: value given, for the checks only, to micro-batch sizes verl's validation requires but nobody set
 PLACEHOLDER_MICRO_BATCH = 1
 
+#: code of the failure "trainer.use_v1=false with a non-sync trainer mode" (see :attr:`CheckReport.failure_codes`)
+LEGACY_TRAINER = "legacy-trainer"
+
 #: legacy top-level reward sections (verl/trainer/config/legacy_reward_impl.yaml): verl 0.9.1's main_ppo never
 #: migrates them (only fully_async_main calls migrate_legacy_reward_impl), so values set there are ignored
 LEGACY_REWARD_SECTIONS = ("custom_reward_function", "reward_model", "sandbox_fusion")
@@ -44,9 +47,14 @@ LEGACY_REWARD_SECTIONS = ("custom_reward_function", "reward_model", "sandbox_fus
 
 @dataclass
 class CheckReport:
-    """Outcome of :func:`check_config`. ``log`` holds ``(status, text)`` in the order the checks ran."""
+    """Outcome of :func:`check_config`. ``log`` holds ``(status, text)`` in the order the checks ran;
+    ``failure_codes`` the code of each failure, in the order of :attr:`failures`: the ``code`` of the
+    :class:`~microcoder_ext.core.config.ConfigError` that failed the check (e.g.
+    :data:`microcoder_ext.verl.temperature.AGENT_LOOP_REQUIRED`), :data:`LEGACY_TRAINER`, or ``None`` (verl's own
+    errors). Code that reacts to a failure dispatches on its code, never on its text."""
 
     log: list[tuple[str, str]] = field(default_factory=list)
+    failure_codes: list[str | None] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     #: dotted key -> value filled in for verl's validation only
     placeholders: dict[str, int] = field(default_factory=dict)
@@ -68,12 +76,19 @@ class CheckReport:
     def ok(self) -> bool:
         return not self.failures
 
+    def fail(self, text: str, code: str | None = None) -> None:
+        """Log a failure and its code."""
+        self.log.append(("FAIL", text))
+        self.failure_codes.append(code)
+
     def check(self, label: str, fn: Callable[[], Any]) -> Any:
         """Run ``fn``; log ``label`` as passed, or the exception as a failure (never raises)."""
+        from microcoder_ext.core.config import ConfigError
+
         try:
             result = fn()
         except Exception as e:  # noqa: BLE001  (every failure is reported, none is raised)
-            self.log.append(("FAIL", f"{label}: {type(e).__name__}: {message(e)}"))
+            self.fail(f"{label}: {type(e).__name__}: {message(e)}", e.code if isinstance(e, ConfigError) else None)
             return None
         self.log.append(("ok", label))
         return result
@@ -144,12 +159,10 @@ def check_config(cfg) -> CheckReport:
                 if mode == MASK_TRAINER_MODE
                 else f"the {mode!r} trainer would silently not be used"
             )
-            report.log.append(
-                (
-                    "FAIL",
-                    f"trainer.use_v1=false runs verl's legacy trainer (main_ppo_v0), which ignores "
-                    f"trainer.v1.trainer_mode={mode}: {consequence}. Set trainer.use_v1=true.",
-                )
+            report.fail(
+                f"trainer.use_v1=false runs verl's legacy trainer (main_ppo_v0), which ignores "
+                f"trainer.v1.trainer_mode={mode}: {consequence}. Set trainer.use_v1=true.",
+                LEGACY_TRAINER,
             )
         else:
             report.trainer_class = "verl.trainer.main_ppo_v0.TaskRunner (legacy, deprecated)"
@@ -187,7 +200,7 @@ def _check_temperature(cfg, report: CheckReport, use_v1: bool, mode: Any, uses_m
 
     refusal = mc_temp.async_refusal(cfg) if use_v1 else None
     if refusal:
-        report.log.append(("FAIL", refusal))
+        report.fail(refusal, mc_temp.ASYNC_REFUSED)
         return
     if mode in mc_temp.ASYNC_TRAINER_MODES and use_v1:
         report.notes.append(

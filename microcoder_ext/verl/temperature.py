@@ -13,7 +13,8 @@ prompt of that step is submitted), so every place where verl reads that key in t
 * ``KVBatchMeta.extra_info["temperature"]`` for the sampled batch, old log-probs, ref log-probs, values, critic
   and actor updates (``verl/trainer/ppo/v1/trainer_base.py`` ``_step_once`` and ``_compute_*`` / ``_update_*``).
 
-Rules (:func:`check_temperature_config`; errors are :class:`~microcoder_ext.core.config.ConfigError`):
+Rules (:func:`check_temperature_config`; errors are :class:`~microcoder_ext.core.config.ConfigError` whose
+``code`` names the rule, e.g. :data:`AGENT_LOOP_REQUIRED`):
 
 * no ``microcoder.temperature`` section (e.g. ``+recipe=microcoder_mask_only``): the temperature is verl's
   ``actor_rollout_ref.rollout.temperature``, constant (a ``constant`` controller at that value);
@@ -50,6 +51,14 @@ AGENT_LOOP_KEY = "actor_rollout_ref.rollout.agent.default_agent_loop"
 #: verl 0.9.1 v1 trainer modes where a sample can be older than the current temperature (partial/async rollout)
 ASYNC_TRAINER_MODES = ("colocate_async", "separate_async")
 
+#: :attr:`~microcoder_ext.core.config.ConfigError.code` of each refusal of :func:`check_temperature_config`
+ASYNC_REFUSED = "async-trainer"  # an async trainer mode with a microcoder section (also :func:`async_refusal`)
+ROLLOUT_DISAGREES = "rollout-temperature-disagrees"  # mode constant, rollout.temperature != value
+PROBE_START = "probe-start"  # start=probe is not run inside verl
+AGENT_LOOP_REQUIRED = "agent-loop"  # staged/auto without the microcoder_single_turn agent loop
+ROLLOUT_REPLAY = "rollout-replay"  # skip.rollout_tq.enable replays rollouts of other temperatures
+PARAMETER_SYNC_STEP = "parameter-sync-step"  # trainer.v1.sync.parameter_sync_step != 1
+
 
 def _select(cfg, key: str, default: Any = None) -> Any:
     value = OmegaConf.select(cfg, key, default=default, throw_on_missing=False)
@@ -70,7 +79,8 @@ def effective_temperature_config(config, mc_config: MicrocoderConfig) -> Tempera
 
 
 def async_refusal(config) -> str | None:
-    """The error message when an async trainer mode is combined with a ``microcoder`` section, else None."""
+    """The error message when an async trainer mode is combined with a ``microcoder`` section, else None (its code:
+    :data:`ASYNC_REFUSED`)."""
     mode = _select(config, "trainer.v1.trainer_mode")
     if mode in ASYNC_TRAINER_MODES and config.get("microcoder", None) is not None:
         return (
@@ -87,7 +97,7 @@ def check_temperature_config(config, mc_config: MicrocoderConfig) -> tuple[Tempe
     notes: list[str] = []
     refusal = async_refusal(config)
     if refusal:
-        raise ConfigError(refusal)
+        raise ConfigError(refusal, ASYNC_REFUSED)
     cfg = effective_temperature_config(config, mc_config)
     rollout_t = _select(config, ROLLOUT_KEY)
     if not section_present(config):
@@ -100,13 +110,15 @@ def check_temperature_config(config, mc_config: MicrocoderConfig) -> tuple[Tempe
                 f"{ROLLOUT_KEY}={rollout_t} disagrees with microcoder.temperature.value={cfg.value:g} (mode constant). "
                 f"microcoder.temperature is the one source of the training temperature (the trainer sets "
                 f"{ROLLOUT_KEY} from it): set microcoder.temperature.value={rollout_t} instead, and leave "
-                f"{ROLLOUT_KEY} to the recipe (${{microcoder.temperature.value}})"
+                f"{ROLLOUT_KEY} to the recipe (${{microcoder.temperature.value}})",
+                ROLLOUT_DISAGREES,
             )
     else:
         if cfg.mode == "auto" and cfg.start == "probe":
             raise ConfigError(
                 "microcoder.temperature.start=probe is not run inside verl: run `microcoder temperature probe` on the "
-                "model, then set microcoder.temperature.start=value and microcoder.temperature.value=<recommended>"
+                "model, then set microcoder.temperature.start=value and microcoder.temperature.value=<recommended>",
+                PROBE_START,
             )
         agent = _select(config, AGENT_LOOP_KEY)
         if agent != AGENT_LOOP_NAME:
@@ -114,12 +126,14 @@ def check_temperature_config(config, mc_config: MicrocoderConfig) -> tuple[Tempe
                 f"microcoder.temperature.mode={cfg.mode} changes the temperature during training, which reaches the "
                 f"sampler only through the {AGENT_LOOP_NAME!r} agent loop; {AGENT_LOOP_KEY}={agent}. Set "
                 f"{AGENT_LOOP_KEY}={AGENT_LOOP_NAME} (prompts whose data sets another agent_name are sampled at the "
-                f"initial temperature and fail the per-step check)"
+                f"initial temperature and fail the per-step check)",
+                AGENT_LOOP_REQUIRED,
             )
         if _select(config, "skip.rollout_tq.enable", False):
             raise ConfigError(
                 f"skip.rollout_tq.enable=true replays stored rollouts, sampled at other temperatures; refused with "
-                f"microcoder.temperature.mode={cfg.mode}"
+                f"microcoder.temperature.mode={cfg.mode}",
+                ROLLOUT_REPLAY,
             )
         if rollout_t is not None and not math.isclose(float(rollout_t), _temperature_at(cfg, 0), abs_tol=1e-9):
             notes.append(
@@ -131,7 +145,8 @@ def check_temperature_config(config, mc_config: MicrocoderConfig) -> tuple[Tempe
     if pss != 1:
         raise ConfigError(
             f"trainer.v1.sync.parameter_sync_step={pss}: microcoder_sync measures diversity and steps the temperature "
-            f"once per training step; only 1 is supported"
+            f"once per training step; only 1 is supported",
+            PARAMETER_SYNC_STEP,
         )
     return cfg, notes
 

@@ -186,3 +186,30 @@ def test_format_findings():
     assert any(l.startswith("WARNING  rho-range") and "[paper-spec §3" in l for l in lines)
     assert lines[-1] == "1 error(s), 1 warning(s), 0 info(s)"
     assert format_findings([], good()).splitlines()[-1] == "0 error(s), 0 warning(s), 0 info(s): clean"
+
+
+@pytest.mark.parametrize("values, validator", [
+    ({"mode": "staged", "stages": [[0, 0.6], [5, 0.65]]}, "validate_stages"),
+    ({"mode": "auto", "candidates": [1.2, 1.25, 1.3], "value": 1.2}, "validate_candidates"),
+    ({"mode": "auto", "min_interval": 5}, "validate_candidates"),
+])
+def test_continuous_rule_reads_the_reason_not_the_message(monkeypatch, values, validator):
+    """The rule quotes ``ScheduleError.reason``: a validator whose message is reworded (here: phrases the old text
+    was split on moved around) gives the same findings."""
+    from microcoder_ext.core import doctor
+    from microcoder_ext.core.schedule import ScheduleError
+
+    plan = good(temperature=lenient_temperature_config(values))
+    before = [f.to_dict() for f in diagnose(plan)]
+    assert "continuous-temperature" in [f["code"] for f in before]
+    real = getattr(doctor, validator)
+
+    def reworded(*args, **kwargs):
+        try:
+            real(*args, **kwargs)
+        except ScheduleError as e:
+            raise ScheduleError(f"refused: this is a reworded message: tiny changes, the paper ({e.code})", e.code,
+                                e.reason) from None
+
+    monkeypatch.setattr(doctor, validator, reworded)
+    assert [f.to_dict() for f in diagnose(plan)] == before

@@ -4,7 +4,8 @@ functions included, relative imports resolved, plus ``importlib.import_module("l
 * no import cycle anywhere in ``microcoder_ext``;
 * data flows one way, core <- reward / adapters <- cli: ``microcoder_ext.core`` and ``microcoder_ext.reward``
   never reach verl, OpenRLHF, TRL or the command-line package (directly or through another module of ours);
-* nothing but the command-line package itself imports ``microcoder_ext.cli`` (the console script and the tests do).
+* nothing but the command-line package itself imports ``microcoder_ext.cli`` (the console script and the tests do);
+* the reward's process sandbox imports only the standard library (it runs inside the worker process).
 """
 
 import ast
@@ -144,4 +145,18 @@ def test_only_the_cli_package_imports_the_cli_package():
     internal, _ = _graph()
     bad = sorted(f"{m} imports {n}" for m, deps in internal.items() if not (m == CLI or m.startswith(CLI + "."))
                  for n in deps if n == CLI or n.startswith(CLI + "."))
+    assert not bad, "\n".join(bad)
+
+
+def test_the_sandbox_is_stdlib_only():
+    """``microcoder_ext.reward.sandbox`` is loaded by path inside the worker process as ``mc_sandbox`` (see
+    ``reward/worker_client.py``): its modules import only the standard library and each other."""
+    import sys
+
+    internal, external = _graph()
+    sandbox = f"{PKG}.reward.sandbox"
+    mods = [m for m in internal if m == sandbox or m.startswith(sandbox + ".")]
+    assert f"{sandbox}.probe" in mods and f"{sandbox}.worker" in mods
+    bad = sorted(f"{m} imports {n}" for m in mods for n in internal[m] if not n.startswith(sandbox))
+    bad += sorted(f"{m} imports {n}" for m in mods for n in external[m] if n not in sys.stdlib_module_names)
     assert not bad, "\n".join(bad)

@@ -222,6 +222,32 @@ def test_async(plans):
     assert "async" not in codes(plans, "async_dapo")  # no mask, no controller: verl's own async trainer
 
 
+def test_reported_once_by_code_not_by_text(monkeypatch):
+    """The recipe checks' failures that a rule reports itself are kept out of invalid-config by their code
+    (``CheckReport.failure_codes``), not by their text: rewording the refusals changes no finding."""
+    from microcoder_ext.core.config import ConfigError
+    from microcoder_ext.verl import temperature as mc_temp
+
+    names = ["staged_single_turn", "async", "staged_ramp", "auto_fine", "low_t_rollout_key"]
+    cfgs = compose_many([CONFIGS[n] for n in names])
+    before = [[f.to_dict() for f in diagnose(plan_from_verl(c))] for c in cfgs]
+    assert "invalid-config" in {f["code"] for f in before[-1]}  # a refusal no rule reports stays invalid-config
+    check, refusal = mc_temp.check_temperature_config, mc_temp.async_refusal
+
+    def reworded_check(config, mc_config):
+        try:
+            return check(config, mc_config)
+        except ConfigError as e:
+            raise ConfigError(f"reworded refusal ({e.code})", e.code) from None
+
+    monkeypatch.setattr(mc_temp, "check_temperature_config", reworded_check)
+    monkeypatch.setattr(mc_temp, "async_refusal", lambda config: refusal(config) and "reworded async refusal")
+    after = [[f.to_dict() for f in diagnose(plan_from_verl(c))] for c in cfgs]
+    assert after[:-1] == before[:-1]
+    (err,) = plan_from_verl(cfgs[-1]).config_errors  # the reworded text reaches the user where it is reported
+    assert "reworded refusal (rollout-temperature-disagrees)" in err
+
+
 def test_plus_recipe_override(plans):
     assert plans["plus_recipe"].recipe == "microcoder"
     assert {f.code for f in diagnose(plans["plus_recipe"])} == {"short-response"}
