@@ -156,14 +156,15 @@ HOSTILE_RSS_LIMIT_MB = 4 * 16
 
 @pytest.fixture
 def hostile(default_engine, sandbox_dirs, sandbox_uids):
-    """hostile(code, ground_truth, **options) -> ``hostile_host.Observation`` of one real call of the default-
-    configuration engine. Asserts what must hold for ANY program: a program verdict (never ``sandbox_error``),
+    """hostile(code, ground_truth, engine=None, **options) -> ``hostile_host.Observation`` of one real call of the
+    default-configuration engine (or ``engine``, one of this session's). Asserts what must hold for ANY program: a program verdict (never ``sandbox_error``),
     nothing left behind (files, processes, shared memory), no stall of the host's threads, bounded RSS growth; and,
     after the test, that the same engine still judges a correct and a wrong program right."""
     from hostile_host import assert_still_judges, observe
 
-    def run(code, gt, **options):
-        obs = observe(default_engine, code, gt, uid_range=sandbox_uids, tmp_root=sandbox_dirs["tmp_root"], **options)
+    def run(code, gt, engine=None, **options):
+        obs = observe(engine or default_engine, code, gt, uid_range=sandbox_uids, tmp_root=sandbox_dirs["tmp_root"],
+                      **options)
         print(obs)
         assert obs.verdict != "sandbox_error", obs
         assert not obs.leftovers, obs
