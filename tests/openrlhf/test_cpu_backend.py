@@ -215,9 +215,10 @@ def test_standin_engine_behind_openrlhfs_rollout_actor(cli, build_rollout_actor,
             logits = model(torch.tensor([o["observation_tokens"]])).logits.float()[0, start - 1:end - 1]
         want = torch.log_softmax(logits / 1.2, -1).gather(-1, torch.tensor(response)[:, None])[:, 0]
         got = torch.tensor(o["rollout_log_probs"][start:end])
-        assert torch.allclose(got, want, atol=0.05), (got, want)  # bf16 engine (KV cache) vs one bf16 forward
-        assert not torch.allclose(got, torch.log_softmax(logits, -1).gather(-1, torch.tensor(response)[:, None])[:, 0],
-                                  atol=0.05)
+        assert torch.allclose(got, want, atol=0.05, rtol=0.01), (got, want)  # bf16 engine (KV cache) vs one bf16 forward
+        # and they are the T = 1.2 ones, not T = 1 (a confident tiny model puts both near 0: compare the errors)
+        at_t1 = torch.log_softmax(logits, -1).gather(-1, torch.tensor(response)[:, None])[:, 0]
+        assert (got - want).abs().mean() < 0.5 * (got - at_t1).abs().mean(), (got, want, at_t1)
     again = rollout()
     assert sorted(map(lambda o: o["observation_tokens"], outs)) == sorted(map(lambda o: o["observation_tokens"], again))
     assert len({tuple(o["observation_tokens"]) for o in outs}) > 1  # the 4 requests got 4 seeds

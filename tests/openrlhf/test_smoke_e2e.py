@@ -339,7 +339,8 @@ def test_recipe_cell_with_a_reference_model_and_kl(recipe, grpo):
     for what in ("--ds.packing_samples", "--train.dynamic_batch_enable", "reference GPUs", "weight-sync backend"):
         assert what in proc.stdout, what
     # grpo_baseline: KL loss against OpenRLHF's ReferenceModelActor (absent without a reference, see grpo)
-    assert all(row["train/kl"] > 0 for row in train.values()) and train[2]["train/kl"] > train[1]["train/kl"]
+    # (positive at every step: the policy moved away from the reference; its step-to-step course is not monotone)
+    assert all(row["train/kl"] > 0 for row in train.values())
     assert all(r["train/kl"] == 0.0 for r in train_steps(grpo[0]).values())
     assert {e["temperature"] for e in events(work, "generate") if e["version"] < 2} == {1.2}
     assert any(k.startswith("eval/") for k in m[2])  # the recipe's eval ran at the (substituted) last step
