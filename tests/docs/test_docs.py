@@ -178,3 +178,45 @@ def test_one_suite_with_pytest_arguments(tmp_path):
     assert ids and all("mask" in i.lower() for i in ids), ids[:20]
     assert any(i.startswith("tests/core/test_masking.py::") for i in ids)
     assert not any(i.startswith(("tests/openrlhf/", "tests/trl/")) for i in ids)
+
+
+def _defined_names(file: Path) -> set[str]:
+    tree = ast.parse(file.read_text())
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            for t in node.targets if isinstance(node, ast.Assign) else [node.target]:
+                names |= {n.id for n in ast.walk(t) if isinstance(n, ast.Name)}
+        elif isinstance(node, (ast.ImportFrom, ast.Import)):
+            names |= {(a.asname or a.name).split(".")[0] for a in node.names}
+    return names
+
+
+def _resolves(dotted: str) -> bool:
+    """``microcoder_ext.a.b.name[.attr]``: the longest prefix that is a module of the package, then a name defined
+    (or imported) at its top level; read from the source, nothing imported (the adapters need their frameworks)."""
+    parts = dotted.split(".")
+    for i in range(len(parts), 0, -1):
+        base = ROOT.joinpath(*parts[:i])
+        file = base / "__init__.py" if base.is_dir() else base.with_suffix(".py")
+        if file.is_file():
+            rest = parts[i:]
+            return not rest or rest[0] in _defined_names(file) or (base.is_dir() and (base / rest[0]).exists())
+    return False
+
+
+def test_names_and_paths_in_the_docs_exist():
+    """Every ``microcoder_ext.*`` name and every repository path the pages mention exists (moved code fails here)."""
+    problems = []
+    for page in docblocks.doc_files():
+        text = page.read_text()
+        for dotted in sorted(set(re.findall(r"\bmicrocoder_ext(?:\.[A-Za-z_]\w*)+", text))):
+            if not _resolves(dotted):
+                problems.append(f"{page.relative_to(ROOT)}: {dotted}")
+        for path in sorted(set(re.findall(r"\b((?:microcoder_ext|tests|compat|bench|verl_recipes|openrlhf_recipes|"
+                                          r"reward_fns)/[\w./-]*\w)", text))):
+            if re.search(r"\.\w+$", path) and not (ROOT / path).exists():  # files (alias lists like a/b/c are prose)
+                problems.append(f"{page.relative_to(ROOT)}: {path}")
+    assert not problems, "\n".join(problems)
