@@ -215,9 +215,13 @@ def command_flags(name: str) -> str:
             raise PluginError(f"cannot document `{prog}`: {unavailable}")
         rows = _flag_rows(parser)
         subs = _subparsers(parser)
-        if rows:
-            out.append(f"**`{prog}`**" + (f": {cell(parser.description)}" if parser.description else "") + "\n\n"
-                       + table(["argument", "default", "meaning"], rows))
+        if rows or not subs:
+            text = (parser.description or "").strip("\n")
+            if "\n" in text.strip():  # a usage text with its own layout: as written
+                head = f"**`{prog}`**\n\n```text\n{textwrap.dedent(text)}\n```\n\n"
+            else:
+                head = f"**`{prog}`**" + (f": {cell(text)}" if text else "") + "\n\n"
+            out.append(head + (table(["argument", "default", "meaning"], rows) if rows else "No arguments.\n"))
         for sub_name, sub in subs.items():
             walk(f"{prog} {sub_name}", sub)
 
