@@ -159,7 +159,9 @@ def test_readme_links_into_the_docs_and_shows_the_support_matrix():
 def test_make_test_runs_every_suite():
     """``make test`` (README, quickstart page) is the test runner itself: it cannot run inside the suite, so this
     checks what it runs: ``make -n test`` is ``bash tests/run_all.sh``, which runs the three suites and tests/docs."""
-    proc = subprocess.run(["make", "-n", "test"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MAKELEVEL", "MFLAGS")}  # under make test
+    proc = subprocess.run(["make", "--no-print-directory", "-n", "test"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=60, env=env)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "bash tests/run_all.sh"
     run_all = (ROOT / "tests" / "run_all.sh").read_text()
