@@ -296,6 +296,8 @@ def match_json(expected, text, *, float_tol: float = FLOAT_TOL, unordered: bool 
         why = "nesting deeper than any expected value"
     if why is None:
         return True, "structural"
+    if not isinstance(expected, (list, tuple, dict)) and why.startswith("expected ") and ", got " in why:
+        return False, why  # a scalar's reason already shows both sides
     return False, f"expected {_short(expected)}, got {_snippet(sc.buf)} ({why})"
 
 

@@ -113,6 +113,12 @@ def test_not_json_and_trailing_data_are_wrong_answers():
         assert match_json([1], text)[0] is False
 
 
+def test_reason_shows_each_side_once():
+    assert match_json(3, "-1") == (False, "expected 3, got -1")
+    assert match_json(3, '"x"') == (False, 'expected 3, got "x" (expected the integer 3)')
+    assert match_json([1, 2, 3], "[1, 2, -1]") == (False, "expected [1, 2, 3], got [1, 2, -1] ([2]: expected 3, got -1)")
+
+
 def test_payload_framing_keeps_bytes_undecoded():
     r, w = os.pipe()
     data = bytes(range(256)) * 4096  # 1 MiB: more than a pipe holds, so the writer runs beside the reader
