@@ -1,4 +1,4 @@
-"""The shell examples of the documentation (``docs/**/*.md`` and ``README.md``) as data, and a runner for them.
+"""The shell examples of the documentation (``docs/**/*.md``, ``README.md`` and ``CONTRIBUTING.md``) as data, and a runner for them.
 
 Every fenced block in a shell language (``bash``, ``sh``, ``shell``, ``console``, ``zsh``) starts with marker lines:
 
@@ -32,7 +32,7 @@ FENCE = re.compile(r"^(\s*)(`{3,})\s*([\w+-]*)")
 
 
 def doc_files() -> list[Path]:
-    return sorted((ROOT / "docs").rglob("*.md")) + [ROOT / "README.md"]
+    return sorted((ROOT / "docs").rglob("*.md")) + [ROOT / "README.md", ROOT / "CONTRIBUTING.md"]
 
 
 @dataclass

@@ -183,6 +183,21 @@ def test_one_suite_with_pytest_arguments(tmp_path):
     assert not any(i.startswith(("tests/openrlhf/", "tests/trl/")) for i in ids)
 
 
+def test_one_file_and_one_test():
+    """CONTRIBUTING.md's one-file and one-test commands, with ``--collect-only -q`` appended: the file's tests, then
+    the one test that ``-k`` names."""
+    def collect(cmd: str) -> list[str]:
+        proc = subprocess.run(cmd + " --collect-only -q", shell=True, cwd=ROOT, env=docblocks.venv_env(),
+                              capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        return [line for line in proc.stdout.splitlines() if "::" in line]
+
+    whole = collect("bash compat/in_venv.sh verl python -m pytest tests/core/test_masking.py")
+    assert len(whole) > 10 and all(i.startswith("tests/core/test_masking.py::") for i in whole), whole[:5]
+    one = collect("bash compat/in_venv.sh verl python -m pytest tests/core/test_masking.py -k test_rho_one_masks")
+    assert one == ["tests/core/test_masking.py::test_rho_one_masks_every_eligible_and_rho_zero_none"]
+
+
 def _defined_names(file: Path) -> set[str]:
     tree = ast.parse(file.read_text())
     names: set[str] = set()
