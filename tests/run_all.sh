@@ -18,7 +18,7 @@ SUITES=${SUITES:-verl openrlhf trl}
 run_pytest() {
   local py=$1; shift
   set +e
-  (cd "$ROOT" && "$py" -m pytest "$@")
+  (cd "$ROOT" && "$py" -m pytest --durations=20 "$@")  # the slowest tests, for keeping CI inside its budget
   local rc=$?
   set -e
   if [ "$rc" -eq 5 ]; then echo "run_all: pytest collected no tests: failing" >&2; return 1; fi
