@@ -15,10 +15,10 @@ v0.2.0 train, MIT), in each ground-truth encoding our users' datasets come in, b
 
 Per encoding: every reference passes; every problem's mutant wrong only on the LAST test fails with exactly
 ``num_tests - 1`` tests passed; mutants wrong on every test (run without early stop) pass no test; rewrites
-that must still pass (call-based: tuple for list and float 1e-9 off on every problem where it changes the output,
-debug prints on stdout on all of them in ``ours`` and every 4th elsewhere; stdin: trailing spaces, CRLF, ``sys.stdin.buffer`` / ``open(0)`` reading, ``exit()``
-after the output, ``os.write``, two per problem in rotation, each kind on ~600 problems): 40,650 judged programs in
-all, ~7 min on 2 cores.
+that must still pass (call-based: tuple for list and float 1e-9 off on every problem where it changes the
+output, debug prints on stdout on every problem in ``ours`` and every 4th elsewhere; stdin: trailing spaces,
+CRLF, ``sys.stdin.buffer`` / ``open(0)`` reading, ``exit()`` after the output, ``os.write``, two per problem in
+rotation, each kind on ~600 problems): 40,650 judged programs in all, ~6 min on 2 cores.
 
 Left out, counted and asserted: ListNode/TreeNode problems in the encodings that cannot express them (all but
 ``ours`` and ``stdin``); the one any-order problem outside ``ours`` (no foreign format says "any order"); in
