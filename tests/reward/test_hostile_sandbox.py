@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 import tempfile
 import time
 
@@ -137,6 +138,55 @@ def test_filling_the_temp_dir_costs_the_host_nothing_after_the_job(hostile):
 def test_the_quota_layer_is_reported_active(default_engine):
     report = default_engine.warmup()
     assert report.get("tmp_quota") == "active", report
+
+
+NO_MOUNT_SCRIPT = """
+import json, os, sys
+from microcoder_ext.reward import Engine, EngineConfig, evaluate_response
+root, slots, uid = sys.argv[1], sys.argv[2], int(sys.argv[3])
+eng = Engine(EngineConfig(workers=1, timeout=2.0, memory_mb=512, uid=uid, node_slots=1, tmp_root=root,
+                          slots_dir=slots))
+report = eng.warmup()
+gt = json.dumps({"inputs": ["4\\n"], "outputs": ["8\\n"]})
+out = {"fatal": eng.fatal, "report": report, "verdicts": {}}
+for name, code in {"correct": "print(int(input()) * 2)",
+                   "writes_temp_dir": "open('f', 'w').write('x')\\nprint(int(input()) * 2)",
+                   "makes_a_dir": "import os\\nos.mkdir('d')\\nprint(int(input()) * 2)"}.items():
+    r = evaluate_response(f"```python\\n{code}\\n```", gt, engine=eng)
+    out["verdicts"][name] = [r.verdict, r.detail]
+eng.close()
+out["left_in_root"] = os.listdir(root)
+print(json.dumps(out))
+"""
+
+
+def test_without_cap_sys_admin_the_temp_dir_is_read_only():
+    """Where the worker may not mount (no CAP_SYS_ADMIN, as in an unprivileged container) there is no quota tmpfs:
+    the engine still starts with every other layer, says the quota layer is unavailable, judges correct programs
+    right, and a program's temp dir is read-only (a write is the program's runtime error, nothing reaches the host's
+    temp root). The engine runs in a child whose capability bounding set lacks CAP_SYS_ADMIN (util-linux setpriv)."""
+    root = tempfile.mkdtemp(prefix="mc-test-nomount-")
+    os.chmod(root, 0o711)
+    slots = tempfile.mkdtemp(prefix="mc-test-nomount-slots-")
+    uid = 62000 + os.getpid() % 400
+    try:
+        proc = subprocess.run(["setpriv", "--bounding-set", "-sys_admin", "--", sys.executable, "-c", NO_MOUNT_SCRIPT,
+                               root, slots, str(uid)], capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        out = json.loads(proc.stdout.strip().splitlines()[-1])
+        report = out["report"]
+        assert out["fatal"] is None, out
+        assert report["tmp_quota"].startswith("unavailable") and "read-only" in report["tmp_quota"], report
+        assert {report[k] for k in ("uid_drop", "seccomp", "landlock", "rlimits")} == {"active"}, report
+        verdicts = out["verdicts"]
+        assert verdicts["correct"][0] == V.CORRECT, verdicts
+        for name in ("writes_temp_dir", "makes_a_dir"):
+            verdict, detail = verdicts[name]
+            assert verdict == V.RUNTIME_ERROR and ("Permission denied" in detail or "Read-only" in detail), verdicts
+        assert out["left_in_root"] == [], out
+    finally:
+        tree.remove_tree(root)
+        tree.remove_tree(slots)
 
 
 # ------------------------------------------------------------------------------------------------ 6. clean-up
