@@ -128,10 +128,29 @@ def sandbox_processes(uid_min: int = SANDBOX_UID_MIN, uid_max: int = SANDBOX_UID
     return [pid for pid, _ in live_sandbox_processes(uid_min, uid_max)]
 
 
+PF_EXITING = 0x4  #: /proc/<pid>/stat flags: the process is being torn down (killed or exiting; runs no more code)
+
+
+def _running(pid: int) -> bool:
+    """Whether ``pid`` exists, is not a zombie and is not exiting."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return False
+    return fields[0] not in ("Z", "X") and not int(fields[6]) & PF_EXITING
+
+
 @pytest.fixture(scope="session")
 def live_sandbox_uids():
-    """``f(uid_min, uid_max) -> [uid, ...]``: uids of the live sandboxed processes in that range."""
-    return lambda lo, hi: [uid for _, uid in live_sandbox_processes(lo, hi)]
+    """``f(uid_min, uid_max) -> [uid, ...]``: uids of the sandboxed processes in that range that are running at the
+    END of the scan. A scan of /proc is not a snapshot: a program that ended while the scan went on (its slot
+    released, its uid given to the next program, read later in the same scan) would count twice; so every process
+    found is checked again after the scan, and one that is gone, a zombie or exiting does not count."""
+    def uids(lo: int, hi: int) -> list[int]:
+        found = live_sandbox_processes(lo, hi)
+        return [uid for pid, uid in found if _running(pid)]
+    return uids
 
 
 @pytest.fixture(scope="session")
