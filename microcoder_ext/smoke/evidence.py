@@ -1,15 +1,21 @@
-"""What the CPU stand-ins saw, for the smoke report: one JSON object per line in the file named by
-:data:`ENV` (set by ``microcoder smoke``; nothing is written when it is unset).
+"""What the engine and the trainer's workers saw during a smoke run, for the smoke report and the end-to-end tests:
+one JSON object per line in the file named by :data:`ENV` (set by ``microcoder smoke``; nothing is written when it
+is unset).
 
-Writers are several processes (the generation engines, the trainer's workers); each event is one ``write`` of one
-line on a file opened with ``O_APPEND``, so lines never interleave. Events (``event`` key):
+Writers are several processes (vLLM's engine and worker processes, the trainer's workers, reward workers); each
+event is one ``write`` of one line on a file opened with ``O_APPEND``, so lines never interleave. Events (``event``
+key):
 
-``engine_loaded``   ``engine``, ``checksum`` (of every weight), ``dtype``
-``generate``        ``engine``, ``version`` (weight version), ``step`` (the framework's step if it tells), ``temperature``,
-                    ``tokens``, ``finish`` ("stop" | "length"), ``max_tokens``
-``weights_sent``    ``sender``, ``version``, ``checksum``, ``tensors`` (the trainer side of a weight sync)
-``weights_loaded``  ``engine``, ``version``, ``checksum`` (over the names received), ``tensors``,
-                    ``changed`` (vs the engine's weights before the sync)
+``engine_loaded``   ``engine``, ``checksum`` (what vLLM serves before the first sync, in the trainer's names),
+                    ``tensors``
+``generate``        one per request, as vLLM received and finished it (:func:`microcoder_ext.smoke.vllm_cpu.
+                    record_requests`): ``engine``, ``version`` (the weight version the engine serves), ``temperature``,
+                    ``top_p``, ``top_k``, ``max_tokens``, ``logprobs``, ``finish`` (vLLM's ``finish_reason``: "stop" |
+                    "length" | "abort"), ``tokens``, ``request``
+``weights_sent``    ``sender``, ``version``, ``checksum``, ``tensors``, ``per_tensor`` (the trainer side of a sync)
+``weights_loaded``  ``engine``, ``version``, ``checksum``, ``tensors``, ``per_tensor`` (what vLLM holds after the
+                    sync, read inside its worker in the trainer's names and dtype), ``unmapped``, ``packed_error``
+                    (largest relative error of vLLM's packed CPU kernels vs their weights), ``changed`` (vs before)
 ``reward``          ``seconds`` (wall time of one call of the code reward), ``verdict``
 
 Every event also has ``pid`` and ``t`` (Unix time, seconds).

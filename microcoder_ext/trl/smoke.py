@@ -174,7 +174,7 @@ def build_steps(log_history: list[dict], samples: int, changed: bool | None) -> 
 def _model_checksum(path: str) -> str | None:
     from safetensors.torch import load_file
 
-    from microcoder_ext.smoke.engine import weights_checksum
+    from microcoder_ext.smoke.weights import weights_checksum
 
     files = sorted(Path(path).glob("*.safetensors"))
     if not files:

