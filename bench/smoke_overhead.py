@@ -14,9 +14,13 @@ For each framework two launches with identical settings, data, seed and model di
 Each launch runs ``--steps`` steps (the first is dropped: start-up effects); runs alternate baseline / microcoder
 ``--repeats`` times. Reported per framework: the mean per-step time **excluding generation and reward** (what the
 framework logs as the step's total minus its generation time, which includes the reward in both frameworks), its
-ratio microcoder / baseline (goal <= 1.05), and the full step time for reference. Generation is excluded because
+ratio microcoder / baseline (goal <= 1.05), and the full step time for reference. Generation is excluded there because
 the two runs sample different texts after step 1 (the mask changes the update), so their generation times differ
-for reasons that are not overhead. CPU timings on a shared 2-core machine are noisy: read the spread.
+for reasons that are not overhead. Generation itself (real vLLM, the CPU build) is compared **per generated token**:
+the step's generation time over the tokens vLLM generated for it (its own count, from the smoke's engine evidence),
+which charges our agent loop and temperature plumbing (verl: ``microcoder_single_turn`` vs verl's
+``single_turn_agent``; OpenRLHF: the controller setting the sampling temperature) without depending on how long the
+sampled texts happened to be (goal <= 1.05). CPU timings on a shared 2-core machine are noisy: read the spread.
 """
 
 from __future__ import annotations
@@ -63,13 +67,26 @@ def _one(framework: str, algo: str, steps: int, work: Path) -> dict:
         raise RuntimeError(f"{framework} {algo} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
     report = json.loads((work / "report.json").read_text())
     rows = []
-    for s in report["steps"][1:]:  # the first step pays start-up costs
+    tokens = _generated_tokens(work / "evidence.jsonl")
+    for s in report["steps"][1:]:  # the first step pays start-up costs (and vLLM's first requests)
         total = s["framework"].get("step_s")
         gen = s["times"].get("generation")
         if total is None or gen is None:
             raise RuntimeError(f"{framework}: the report has no step / generation time for step {s['step']}")
-        rows.append({"step": s["step"], "step_s": total, "excl_gen_s": total - gen})
+        n = tokens.get(s["step"])
+        rows.append({"step": s["step"], "step_s": total, "excl_gen_s": total - gen, "gen_s": gen, "tokens": n,
+                     "gen_ms_per_token": None if not n else 1000 * gen / n})
     return {"steps": rows, "wall_s": report["wall_s"]}
+
+
+def _generated_tokens(path: Path) -> dict[int, int]:
+    """Tokens vLLM generated per training step (its ``generate`` evidence; weight version = step - 1)."""
+    out: dict[int, int] = {}
+    for line in path.read_text().splitlines() if path.is_file() else ():
+        e = json.loads(line)
+        if e.get("event") == "generate" and isinstance(e.get("version"), int) and e.get("tokens") is not None:
+            out[e["version"] + 1] = out.get(e["version"] + 1, 0) + int(e["tokens"])
+    return out
 
 
 def measure(framework: str, steps: int, repeats: int) -> dict:
@@ -82,9 +99,14 @@ def measure(framework: str, steps: int, repeats: int) -> dict:
     for algo, items in runs.items():
         excl = [row["excl_gen_s"] for run in items for row in run["steps"]]
         full = [row["step_s"] for run in items for row in run["steps"]]
+        per_token = [row["gen_ms_per_token"] for run in items for row in run["steps"] if row["gen_ms_per_token"]]
         out[algo] = {"excl_gen_mean_s": statistics.mean(excl), "excl_gen_stdev_s": statistics.pstdev(excl),
-                     "step_mean_s": statistics.mean(full), "n_steps": len(excl), "runs": items}
+                     "step_mean_s": statistics.mean(full), "n_steps": len(excl),
+                     "gen_ms_per_token_mean": statistics.mean(per_token) if per_token else None,
+                     "gen_ms_per_token_stdev": statistics.pstdev(per_token) if per_token else None, "runs": items}
     out["ratio_excl_generation"] = out["microcoder"]["excl_gen_mean_s"] / out["baseline"]["excl_gen_mean_s"]
+    b, m = out["baseline"]["gen_ms_per_token_mean"], out["microcoder"]["gen_ms_per_token_mean"]
+    out["ratio_generation_per_token"] = m / b if b and m else None
     out["ratio_full_step"] = out["microcoder"]["step_mean_s"] / out["baseline"]["step_mean_s"]
     return out
 
@@ -110,6 +132,11 @@ def main(argv=None) -> int:
               f"(sd {b['excl_gen_stdev_s']:.3f}, n={b['n_steps']})  microcoder {m['excl_gen_mean_s']:.3f} s "
               f"(sd {m['excl_gen_stdev_s']:.3f}, n={m['n_steps']})  ratio {res['ratio_excl_generation']:.3f} "
               f"(goal <= 1.05); full step ratio {res['ratio_full_step']:.3f}", flush=True)
+        if res["ratio_generation_per_token"] is not None:
+            print(f"{fw}: generation per token  baseline {b['gen_ms_per_token_mean']:.2f} ms "
+                  f"(sd {b['gen_ms_per_token_stdev']:.2f})  microcoder {m['gen_ms_per_token_mean']:.2f} ms "
+                  f"(sd {m['gen_ms_per_token_stdev']:.2f})  ratio {res['ratio_generation_per_token']:.3f} "
+                  "(goal <= 1.05)", flush=True)
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2) + "\n")
     return 0

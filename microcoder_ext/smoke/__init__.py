@@ -2,12 +2,13 @@
 
 What a passing smoke run proves: the launch configuration composes and validates in the framework, the framework's
 own entry point (``verl.trainer.main_ppo``, ``openrlhf.cli.train_ppo_ray`` or our launcher around it, ``microcoder
-train``) starts every worker, generates, scores with the real reward, computes old log-probs and advantages, applies
-the conditional truncation mask and the temperature controller, updates the weights and sends them to the generation
-engine, logs, and checkpoints. What it cannot show: GPU kernels (flash-attention, fused ops), memory use at full
-size, NCCL, vLLM's numerics and scheduling, the real model's behaviour. Every substitution is printed.
+train``) starts every worker and the framework's own vLLM engine (vLLM's CPU build), generates, scores with the
+real reward, computes old log-probs and advantages, applies the conditional truncation mask and the temperature
+controller, updates the weights and syncs them into vLLM, logs, and checkpoints. What it cannot show: CUDA kernels
+(vLLM's, flash-attention, fused ops), bf16 numerics on GPUs, memory use at full size, NCCL and CUDA IPC,
+tensor-parallel engines, vLLM's sleep mode, the real model's behaviour. Every substitution is printed.
 
-Framework-free pieces live here (tiny model, data, engine, evidence, report); each framework's runner lives in its
+Framework-free pieces live here (tiny model, data, vLLM on the CPU, weight checksums, evidence, report); each framework's runner lives in its
 adapter (``microcoder_ext.verl.smoke``, ``microcoder_ext.openrlhf.smoke``, ``microcoder_ext.trl.smoke``). Importing
 this package imports nothing.
 """

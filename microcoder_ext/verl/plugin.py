@@ -10,7 +10,8 @@ that registry (``TRAINER_REGISTRY`` lives in ``verl/trainer/ppo/v1/trainer_base.
 ``microcoder_sync`` (already imported ``verl.trainer.ppo.v1``: registered at once).
 
 With ``VERL_PLATFORM=cpu`` (``microcoder smoke verl``) it also activates the CPU backend
-(:mod:`microcoder_ext.verl.cpu`: a ``cpu`` platform, the ``hf_cpu`` rollout); without it nothing of that is imported.
+(:mod:`microcoder_ext.verl.cpu`: a ``cpu`` platform, verl's vLLM rollout routed for vLLM's CPU build); without it nothing
+of that is imported.
 
 verl swallows plugin import errors at DEBUG level (``verl/__init__.py``), so failures are logged at ERROR: a
 failing version guard here (then re-raised), a failing registration by :mod:`~microcoder_ext.verl.lazy` when it

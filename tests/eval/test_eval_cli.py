@@ -306,7 +306,7 @@ def test_lcb_file_release_v6(env, tmp_path, capsys):
 def test_model_without_vllm_exits_2(files, capsys, no_scoring):
     from microcoder_ext.sampling.samplers import vllm_usable
 
-    assert vllm_usable()[0] is False  # vLLM is not installed in the CPU test venv
+    assert vllm_usable()[0] is False  # the test venv has vLLM's CPU build, and no CUDA
     d, _ = files
     assert main(["eval", "--problems", str(d / "problems.parquet"), "--model", "Qwen/Qwen3-4B-Instruct-2507"]) == 2
     err = capsys.readouterr().err

@@ -129,7 +129,7 @@ def _report(ok=True):
                         logprob_temperature=1.2,
                         logprob_check={"metric": "training/rollout_probs_diff_max", "value": 2e-6})]
     return SmokeReport(framework="verl", ok=ok, exit_code=0 if ok else 1, steps_requested=1 if ok else 2,
-                       substitutions=[Substitution("rollout engine", "vllm", "hf_cpu", "no GPU")], steps=steps,
+                       substitutions=[Substitution("rollout engine", "sglang", "vllm", "no GPU")], steps=steps,
                        wall_s=80.0, error=None if ok else "boom")
 
 
@@ -141,7 +141,7 @@ def test_table_summary_and_json(tmp_path):
     assert "1 training step(s) ran of 1 (ok" in text and "sampled at T = 1.2; log-probs at T = 1.2" in text
     r.steps[0].framework["pg_loss"] = math.nan
     data = json.loads(r.write_json(tmp_path / "r.json").read_text())
-    assert data["steps"][0]["framework"]["pg_loss"] is None and data["substitutions"][0]["smoke"] == "hf_cpu"
+    assert data["steps"][0]["framework"]["pg_loss"] is None and data["substitutions"][0]["smoke"] == "vllm"
     failed = _report(ok=False)
     assert "FAILED" in summary(failed) and "error: boom" in summary(failed)
 

@@ -21,12 +21,13 @@ imported (:mod:`microcoder_ext.verl.lazy`), in whichever process imports it: the
                                   tensors alias the bucket, and any error in loading turns into ``BufferError:
                                   cannot close exported pointers exist`` at ``shm.close()``, hiding the real error.
                                   Rewritten to ``.to(self.device, copy=True)`` (the one line; guard-checked).
-4. no hang on a worker error      the trainer side of a sync (``BucketedWeightSender``) waits for each bucket's
-                                  acknowledgement with a blocking ZMQ ``recv()``; when vLLM's worker raises while
-                                  loading, no acknowledgement ever comes and ``main_ppo`` hangs (verl 0.9.1). The
-                                  sender's socket is wrapped (:class:`WatchedSocket`) to wait in short polls and, in
-                                  between, check the worker's ``update_weights_from_ipc`` call: if it failed, its own
-                                  error is raised, and the run ends with it.
+4. no hang on a worker error      the trainer side of a sync (``BucketedWeightSender``) talks to vLLM's worker over
+                                  a blocking ZMQ REQ socket: ``send`` blocks while no receiver is connected, ``recv``
+                                  until each bucket's acknowledgement. When vLLM's worker raises (or its engine dies),
+                                  neither ever returns and ``main_ppo`` hangs (verl 0.9.1). The sender's socket is
+                                  wrapped (:class:`WatchedSocket`) to wait in short polls and, in between, check the
+                                  worker's ``update_weights_from_ipc`` call: if it failed, its own error is raised,
+                                  and the run ends with it.
 5. evidence (smoke runs only)     per request what vLLM received (:func:`~microcoder_ext.smoke.vllm_cpu.
                                   record_requests`, tagged with the server's replica and ``global_steps``); per sync
                                   the checksums the trainer sent (``ServerAdapter.update_weights``) and what vLLM's
@@ -147,8 +148,10 @@ class WeightSyncFailed(RuntimeError):
 
 
 class WatchedSocket:
-    """The sender's ZMQ REQ socket; ``recv`` waits in :data:`POLL_MS` polls and between them checks the worker's
-    pending ``update_weights_from_ipc`` call (see the module doc, 4). Everything else is the socket's."""
+    """The sender's ZMQ REQ socket: ``send``/``send_pyobj``/``recv``/``recv_pyobj`` wait in :data:`POLL_MS` polls
+    (a REQ socket blocks on send while no receiver is connected, and on recv until the acknowledgement) and between
+    them check the worker's pending ``update_weights_from_ipc`` call (see the module doc, 4). Everything else is the
+    socket's."""
 
     def __init__(self, socket, pending):
         self._socket, self._pending = socket, pending
@@ -156,19 +159,41 @@ class WatchedSocket:
     def __getattr__(self, name):
         return getattr(self._socket, name)
 
-    def recv(self, *args, **kwargs):
+    def _wait(self, event) -> None:
         import ray
-        import zmq
 
-        while not self._socket.poll(POLL_MS, zmq.POLLIN):
+        while not self._socket.poll(POLL_MS, event):
             if self._pending is None:
                 continue
             done, _ = ray.wait([self._pending], timeout=0)
             if done:
                 ray.get(done[0])  # raises the worker's own error
-                raise WeightSyncFailed("vLLM's worker returned from update_weights_from_ipc without acknowledging "
-                                       "the last bucket sent")
+                raise WeightSyncFailed("vLLM's worker returned from update_weights_from_ipc while the trainer was "
+                                       "still sending")
+
+    def send(self, *args, **kwargs):
+        import zmq
+
+        self._wait(zmq.POLLOUT)
+        return self._socket.send(*args, **kwargs)
+
+    def send_pyobj(self, *args, **kwargs):
+        import zmq
+
+        self._wait(zmq.POLLOUT)
+        return self._socket.send_pyobj(*args, **kwargs)
+
+    def recv(self, *args, **kwargs):
+        import zmq
+
+        self._wait(zmq.POLLIN)
         return self._socket.recv(*args, **kwargs)
+
+    def recv_pyobj(self, *args, **kwargs):
+        import zmq
+
+        self._wait(zmq.POLLIN)
+        return self._socket.recv_pyobj(*args, **kwargs)
 
 
 def patch_buckets(module) -> None:
