@@ -11,7 +11,8 @@ key):
 ``generate``        one per request, as vLLM received and finished it (:func:`microcoder_ext.smoke.vllm_cpu.
                     record_requests`): ``engine``, ``version`` (the weight version the engine serves), ``temperature``,
                     ``top_p``, ``top_k``, ``max_tokens``, ``logprobs``, ``finish`` (vLLM's ``finish_reason``: "stop" |
-                    "length" | "abort"), ``tokens``, ``request``
+                    "length" | "abort"), ``tokens``, ``request``, ``started`` (when vLLM got it; ``t``: when
+                    it finished)
 ``weights_sent``    ``sender``, ``version``, ``checksum``, ``tensors``, ``per_tensor`` (the trainer side of a sync)
 ``weights_loaded``  ``engine``, ``version``, ``checksum``, ``tensors``, ``per_tensor`` (what vLLM holds after the
                     sync, read inside its worker in the trainer's names and dtype), ``unmapped``, ``packed_error``

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextvars
 import logging
+import time
 
 from microcoder_ext import internals as I
 from microcoder_ext.compat import UnsupportedVersionError
@@ -204,7 +205,8 @@ def engine_weights(model, dtype=None) -> dict:
 def record_requests() -> None:
     """Wrap ``AsyncLLM.generate`` (this process) to record one ``generate`` evidence event per finished request:
     ``temperature``, ``top_p``, ``top_k``, ``max_tokens``, ``logprobs`` as vLLM received them, ``finish``
-    (vLLM's ``finish_reason``), ``tokens``, and the fields of :data:`REQUEST_FIELDS` (``engine``, ``version``) and of
+    (vLLM's ``finish_reason``), ``tokens``, ``started`` (Unix time the request reached vLLM; ``t`` is when it
+    finished), and the fields of :data:`REQUEST_FIELDS` (``engine``, ``version``) and of
     :data:`REQUEST_EXTRAS`. Idempotent."""
     check(REQUESTS)
     from vllm.v1.engine.async_llm import AsyncLLM
@@ -216,6 +218,7 @@ def record_requests() -> None:
     def generate(self, prompt, sampling_params, request_id, *args, **kwargs):
         inner = original(self, prompt, sampling_params, request_id, *args, **kwargs)
         fields = dict(REQUEST_FIELDS.get() or {})
+        started = time.time()
 
         async def stream():
             last = None
@@ -233,7 +236,7 @@ def record_requests() -> None:
                     top_k=int(sampling_params.top_k), max_tokens=sampling_params.max_tokens,
                     logprobs=sampling_params.logprobs,
                     finish=None if first is None else first.finish_reason,
-                    tokens=None if first is None else len(first.token_ids))
+                    tokens=None if first is None else len(first.token_ids), started=started)
 
         return stream()
 
