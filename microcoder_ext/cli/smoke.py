@@ -60,16 +60,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--workdir", help="directory for data, model copy, logs and checkpoints (default: a new "
                                           "temporary directory)")
     parser.add_argument("--json", metavar="PATH", help="write the report (per step) as JSON")
-    parser.add_argument("--timeout", type=float, help="seconds before the framework's process is killed")
+    parser.add_argument("--timeout", type=float,
+                        help="seconds before the framework's process group is killed and the smoke fails (exit 1; "
+                             "default 1200 + 120 per step; 0: never)")
     parser.add_argument("-v", "--verbose", action="store_true", help="stream the framework's output")
     parser.add_argument("framework", choices=sorted(RUNNERS), help="whose entry point to run")
     parser.add_argument("launch", nargs=argparse.REMAINDER, help="the launch's own arguments")
 
 
+def default_timeout(steps: int) -> float:
+    """A bound on a smoke run that never hangs: start-up (Ray, vLLM's engine, the first requests) plus each step,
+    with room for a busy 2-core machine."""
+    return 1200.0 + 120.0 * steps
+
+
 def options(args: argparse.Namespace) -> SmokeOptions:
+    timeout = default_timeout(args.steps) if args.timeout is None else (args.timeout or None)
     return SmokeOptions(steps=args.steps, rows=args.rows, prompts=args.prompts, max_samples=args.max_samples,
                         response_length=args.response_length, gpus=args.gpus, warm_start=args.warm_start,
-                        workdir=args.workdir, json=args.json, verbose=args.verbose, timeout=args.timeout)
+                        workdir=args.workdir, json=args.json, verbose=args.verbose, timeout=timeout)
 
 
 def _say(line: str = "") -> None:

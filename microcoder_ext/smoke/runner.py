@@ -77,24 +77,48 @@ def run_logged(cmd: Sequence[str], env: dict, log_path: Path, *, cwd: Path | Non
     """Run ``cmd`` with stdout+stderr into ``log_path`` (and the terminal with ``verbose``); its exit status.
 
     ``on_line`` sees every line (progress). A ``timeout`` kills the process group (exit status 124)."""
+    import queue
+    import threading
+
     log_path.parent.mkdir(parents=True, exist_ok=True)
     deadline = time.monotonic() + timeout if timeout else None
+    lines: queue.Queue = queue.Queue()
     with open(log_path, "w", encoding="utf-8", errors="replace") as log:
         proc = subprocess.Popen(list(cmd), env=env, cwd=str(cwd) if cwd else None, stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, text=True, errors="replace", start_new_session=True)
-        try:
+
+        def pump() -> None:  # a silent hang must not block the deadline: the pipe is read in a thread
             assert proc.stdout is not None
             for line in proc.stdout:
-                log.write(line)
-                if verbose:
-                    sys.stdout.write(line)
-                    sys.stdout.flush()
-                if on_line is not None:
-                    on_line(line)
+                lines.put(line)
+            lines.put(None)
+
+        threading.Thread(target=pump, daemon=True).start()
+        try:
+            exited_at = None
+            while True:
+                try:
+                    line = lines.get(timeout=1.0)
+                except queue.Empty:
+                    line = ""
+                if line is None:  # every writer closed the pipe
+                    break
+                if line:
+                    log.write(line)
+                    if verbose:
+                        sys.stdout.write(line)
+                        sys.stdout.flush()
+                    if on_line is not None:
+                        on_line(line)
                 if deadline is not None and time.monotonic() > deadline:
                     _kill(proc)
                     log.write(f"\n[microcoder smoke] killed after {timeout:.0f} s (--timeout)\n")
                     return 124
+                if exited_at is None and proc.poll() is not None:
+                    exited_at = time.monotonic()
+                elif exited_at is not None and not line and time.monotonic() - exited_at > 10:
+                    _kill(proc)  # the entry point exited; a leftover process of its group holds the pipe
+                    break
             return proc.wait()
         except KeyboardInterrupt:
             _kill(proc)

@@ -1,6 +1,7 @@
 """Smoke core: the tiny model, the data, the schedule compression, the evidence file and the report."""
 
 import json
+import os
 import math
 
 import pytest
@@ -170,3 +171,20 @@ def test_error_excerpt_names_the_workers_root_cause_and_the_entry_points_error(t
     plain = tmp_path / "plain"
     plain.write_text("starting\nCUDA Error: no device\nbye\n")
     assert error_excerpt(plain) == "CUDA Error: no device"
+
+
+def test_run_logged_bounds_a_silent_hang_and_a_leftover_child(tmp_path):
+    """A framework process that hangs without printing is killed at the deadline (exit 124); one that exits while a
+    process of its group still holds the output pipe returns its own status (the leftover is killed)."""
+    import time
+
+    from microcoder_ext.smoke.runner import run_logged
+
+    t0 = time.monotonic()
+    rc = run_logged(["bash", "-c", "echo started; sleep 60"], dict(os.environ), tmp_path / "hang.log", timeout=3)
+    assert rc == 124 and time.monotonic() - t0 < 15
+    assert "killed after 3 s" in (tmp_path / "hang.log").read_text()
+    t0 = time.monotonic()
+    rc = run_logged(["bash", "-c", "sleep 120 & echo parent done; exit 3"], dict(os.environ), tmp_path / "left.log")
+    assert rc == 3 and time.monotonic() - t0 < 40
+    assert "parent done" in (tmp_path / "left.log").read_text()
