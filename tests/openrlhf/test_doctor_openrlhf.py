@@ -22,7 +22,7 @@ from microcoder_ext.openrlhf.launcher import reward_file
 ROOT = Path(__file__).resolve().parents[2]
 #: a clean MicroCoder-GRPO launch: G 8, 64 prompts per step, mini-batch 32 prompts (256 samples), 4K responses
 BASE = ["--actor.model_name_or_path", "fake/model", "--rollout.n_samples_per_prompt", "8", "--rollout.batch_size", "64",
-        "--train.batch_size", "256", "--rollout.max_new_tokens", "4096"]
+        "--train.batch_size", "256", "--rollout.max_new_tokens", "4096", "--vllm.num_engines", "8"]
 
 
 def check(*argv: str):
@@ -222,3 +222,10 @@ def test_unparseable_arguments_raise():
     assert "unrecognized arguments: --no.such.flag" in "\n".join(e.value.errors)
     with pytest.raises(doctor.ArgvError):  # a bad value that is not a temperature ramp
         doctor.plan_from_argv([*BASE, "--mc.mask.rho", "2"])
+
+
+def test_a_launch_without_vllm_engines_is_diagnosed():
+    assert BASE[-2:] == ["--vllm.num_engines", "8"]
+    plan = doctor.plan_from_argv([*BASE[:-2], "--mc.preset", "microcoder"])
+    [error] = [f for f in diagnose(plan) if f.severity == "error"]
+    assert error.code == "invalid-config" and "--vllm.num_engines is missing" in error.message

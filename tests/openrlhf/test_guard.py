@@ -127,11 +127,14 @@ def test_a_changed_weight_sync_is_named_and_only_the_cpu_backend_refuses(monkeyp
     monkeypatch.setattr(ActorPPOTrainer, "broadcast_to_vllm", broadcast_to_vllm)
     monkeypatch.setattr(WorkerWrap, "update_weight", update_weight)
     found = guard.problems(guard.CPU_BACKEND_CHECKS)
-    assert len(found) == 2
+    assert len(found) == 3, found
     assert found[0].startswith("openrlhf.trainer.ray.vllm_worker_wrap.WorkerWrap.update_weight(self, name, dtype, "
                                "shape, empty_cache): parameters ")
-    assert found[1].startswith("openrlhf.trainer.ray.ppo_actor.ActorPPOTrainer.broadcast_to_vllm sends each parameter "
+    assert found[1].startswith("openrlhf.trainer.ray.vllm_worker_wrap.WorkerWrap.update_weight receives each tensor "
+                               "on cuda")
+    assert found[2].startswith("openrlhf.trainer.ray.ppo_actor.ActorPPOTrainer.broadcast_to_vllm sends each parameter "
                                "with update_weight + broadcast from rank 0")
+    assert guard.problems(guard.VLLM_ROUTING_CHECKS) == found[:2]  # what vLLM's worker checks before routing
     with pytest.raises(guard.OpenRLHFInternalsError) as info:
         guard.check_cpu_backend()
     assert "WorkerWrap.update_weight" in str(info.value) and "broadcast_to_vllm" in str(info.value)
@@ -156,6 +159,27 @@ def test_a_changed_torch_cuda_call_site_and_deepspeed_are_named(monkeypatch):
     listed = [line for line in str(info.value).splitlines() if line.startswith("  - ")]
     assert any("torch_dist_barrier_and_cuda_sync calls torch.cuda.synchronize" in line for line in listed)
     assert any("deepspeed 0.20.0 (the CPU backend is tested with deepspeed==0.19.6" in line for line in listed)
+
+
+def test_a_changed_vllm_is_named_with_the_openrlhf_internals(monkeypatch):
+    """vLLM's CPU build is part of the CPU backend's guard: its version and every vLLM internal the routing uses
+    (the sync group's store, the model runner, the plugin hook) are listed with OpenRLHF's, at once."""
+    from vllm.distributed.utils import StatelessProcessGroup
+    from vllm.v1.worker.cpu_model_runner import CPUModelRunner
+
+    from microcoder_ext.smoke import vllm_cpu
+
+    monkeypatch.setattr(vllm_cpu, "vllm_version", lambda: "0.30.1")
+    monkeypatch.setattr(StatelessProcessGroup, "create", staticmethod(lambda host, port, rank: None))
+    monkeypatch.setattr(CPUModelRunner, "load_model", None)
+    with pytest.raises(guard.OpenRLHFInternalsError) as info:
+        guard.check_cpu_backend()
+    text = str(info.value)
+    for what in ("vLLM 0.30.1 (the CPU routing is tested with 0.29.0)",
+                 "vllm.distributed.utils.StatelessProcessGroup.create takes host, port, rank, world_size",
+                 "vllm.v1.worker.cpu_model_runner.CPUModelRunner.load_model"):
+        assert what in text, what
+    assert guard.check_openrlhf() == "0.11.2"
 
 
 def test_the_smoke_plan_stops_on_the_cpu_guard(monkeypatch, tmp_path):

@@ -30,7 +30,7 @@ from microcoder_ext.openrlhf.presets import PRESETS
 from microcoder_ext.openrlhf.settings import settings_from_args
 
 ROOT = Path(__file__).resolve().parents[2]
-BASE = ["--actor.model_name_or_path", "fake/model", "--rollout.n_samples_per_prompt", "8"]
+BASE = ["--actor.model_name_or_path", "fake/model", "--rollout.n_samples_per_prompt", "8", "--vllm.num_engines", "8"]
 MY_REWARD = "/my/reward.py"
 MASK_PRESETS = ["microcoder", "mask_only"]
 BASELINES = ["dapo_baseline", "grpo_baseline"]
@@ -285,43 +285,57 @@ def test_help_shows_the_mc_flags_then_openrlhfs():
     assert "grpo_baseline" in proc.stdout
 
 
-def test_a_real_run_without_vllm_fails_with_openrlhfs_import_error():
+def test_a_real_run_without_flash_attn_fails_with_openrlhfs_import_error():
     proc = _python("-m", "microcoder_ext.openrlhf.train", *BASE)
     assert proc.returncode == 1, proc.stderr
-    assert "error: OpenRLHF cannot be imported: ModuleNotFoundError: No module named" in proc.stderr
+    assert "error: OpenRLHF cannot be imported: ModuleNotFoundError: No module named 'flash_attn'" in proc.stderr
+
+
+def test_a_launch_without_vllm_engines_exits_2_naming_the_flag(capsys):
+    """OpenRLHF 0.11.2 generates only with vLLM engines; without --vllm.num_engines it would die at the first step
+    with IndexError (a pop from its empty engine heap). The launcher says so and exits 2, dry run or not."""
+    launch = ["--actor.model_name_or_path", "fake/model", "--mc.preset", "microcoder",
+              "--rollout.n_samples_per_prompt", "4"]
+    assert launcher.main([*launch, "--mc.dry_run"]) == 2
+    assert "error: --vllm.num_engines is missing (or 0): OpenRLHF 0.11.2 generates only with vLLM engines" in \
+        capsys.readouterr().err
+    # a real launch (flash_attn stubbed in this process): refused before train() starts Ray
+    assert launcher.main([*launch, "--algo.kl.init_coef", "0.01"]) == 2
+    err = capsys.readouterr().err
+    assert "--vllm.num_engines is missing" in err and "--algo.kl.init_coef 0.01 contradicts" in err  # all at once
+    assert not ray.is_initialized()
 
 
 def test_dry_run_import_placeholders_are_exact_and_fail_when_used():
-    assert dry_run_imports.install() == []  # here the conftest's CPU stubs provide both: nothing replaced
+    assert dry_run_imports.install() == []  # here: vLLM's CPU build and the conftest's flash_attn stubs
     code = """
 import importlib, json, pickle, sys
 from microcoder_ext.openrlhf import dry_run_imports as d
 finders = list(sys.meta_path)
 out = {"placed": d.install(), "again": d.install(), "finders_same": sys.meta_path == finders}
-from vllm import SamplingParams
 from flash_attn.bert_padding import pad_input
 import flash_attn.utils.distributed
-out["spec"] = sys.modules["vllm.inputs"].__spec__.name
+out["spec"] = sys.modules["flash_attn.bert_padding"].__spec__.name
 def fails(fn):
     try:
         fn()
     except Exception as e:
         return type(e).__name__ + ": " + str(e)
     return None
-out["call"] = fails(lambda: SamplingParams(temperature=1.0))
+out["call"] = fails(lambda: pad_input(1))
 out["attr"] = fails(lambda: pad_input.__wrapped__x)
-out["pickle"] = fails(lambda: pickle.dumps(SamplingParams))
-out["other_name"] = fails(lambda: exec("from vllm import LLM"))
+out["pickle"] = fails(lambda: pickle.dumps(pad_input))
+out["other_name"] = fails(lambda: exec("from flash_attn.bert_padding import nothing_here"))
 out["other_module"] = fails(lambda: importlib.import_module("flash_attn.ops.triton.cross_entropy"))
 print(json.dumps(out))
 """
     proc = _python("-c", code)
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert out["placed"] == ["flash_attn", "vllm"] == out["again"] and out["finders_same"]
-    assert out["spec"] == "vllm.inputs"
+    assert out["placed"] == ["flash_attn"] == out["again"] and out["finders_same"]  # a real vLLM is never replaced
+    assert out["spec"] == "flash_attn.bert_padding"
     for key in ("call", "attr", "pickle"):
         assert out[key].startswith("ImportPlaceholderError: ") and "not installed here" in out[key]
-    assert "vllm.SamplingParams is an import placeholder" in out["call"]
-    assert out["other_name"].startswith("ImportError: cannot import name 'LLM'")
+    assert "flash_attn.bert_padding.pad_input is an import placeholder" in out["call"]
+    assert out["other_name"].startswith("ImportError: cannot import name 'nothing_here'")
     assert out["other_module"].startswith("ModuleNotFoundError: ")

