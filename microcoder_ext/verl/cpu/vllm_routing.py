@@ -171,29 +171,22 @@ class WatchedSocket:
                 raise WeightSyncFailed("vLLM's worker returned from update_weights_from_ipc while the trainer was "
                                        "still sending")
 
-    def send(self, *args, **kwargs):
-        import zmq
+    def _watched(name: str, event: str):
+        """The socket's method ``name``, called once :meth:`_wait` saw ``event`` (``POLLIN`` / ``POLLOUT``)."""
+        def call(self, *args, **kwargs):
+            import zmq
 
-        self._wait(zmq.POLLOUT)
-        return self._socket.send(*args, **kwargs)
+            self._wait(getattr(zmq, event))
+            return getattr(self._socket, name)(*args, **kwargs)
 
-    def send_pyobj(self, *args, **kwargs):
-        import zmq
+        call.__name__ = name
+        return call
 
-        self._wait(zmq.POLLOUT)
-        return self._socket.send_pyobj(*args, **kwargs)
-
-    def recv(self, *args, **kwargs):
-        import zmq
-
-        self._wait(zmq.POLLIN)
-        return self._socket.recv(*args, **kwargs)
-
-    def recv_pyobj(self, *args, **kwargs):
-        import zmq
-
-        self._wait(zmq.POLLIN)
-        return self._socket.recv_pyobj(*args, **kwargs)
+    send = _watched("send", "POLLOUT")
+    send_pyobj = _watched("send_pyobj", "POLLOUT")
+    recv = _watched("recv", "POLLIN")
+    recv_pyobj = _watched("recv_pyobj", "POLLIN")
+    del _watched
 
 
 def patch_buckets(module) -> None:
