@@ -7,46 +7,116 @@
 #   bash tests/run_all.sh                 # all suites
 #   SUITES=verl bash tests/run_all.sh     # one suite (verl | openrlhf | trl)
 #   bash tests/run_all.sh -k mask -x      # extra args go to pytest
+#   TEST_JOBS=1 bash tests/run_all.sh     # one pytest process at a time (default 3)
+#
+# A suite runs as one or more lanes, each one pytest process; up to $TEST_JOBS lanes run at once. Most of a real
+# training launch (Ray, the trainer's workers, the vLLM engine) is process start-up that leaves the CPUs partly idle,
+# so the verl suite's launches (its end-to-end file and the docs' verl examples) are a lane of their own beside the
+# rest of the suite. A lane's output goes to $TEST_LOGS/<lane>.log (default: a temporary directory, named on
+# start) and is printed whole when the lane ends; the run fails if any lane fails or if no lane collected a test.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 SUITES=${SUITES:-verl openrlhf trl}
+TEST_JOBS=${TEST_JOBS:-3}
 . "$ROOT/compat/venv.sh"
 
+case "$TEST_JOBS" in ''|*[!0-9]*|0) echo "run_all: TEST_JOBS must be an integer >= 1, got '$TEST_JOBS'" >&2; exit 2 ;; esac
 
-# run_pytest PYTHON ARGS... ; pytest exit 5 (nothing collected) is a failure here
-run_pytest() {
-  local py=$1; shift
-  set +e
-  (cd "$ROOT" && "$py" -m pytest --durations=20 "$@")  # the slowest tests, for keeping CI inside its budget
-  local rc=$?
-  set -e
-  if [ "$rc" -eq 5 ]; then echo "run_all: pytest collected no tests: failing" >&2; return 1; fi
-  return "$rc"
+# The launch-heavy files of the verl suite (their own lane). Every suite's files are listed in lane_files below.
+VERL_LAUNCHES="tests/verl/test_smoke_e2e.py tests/docs/test_examples_verl.py"
+
+# lanes_of SUITE -> the suite's lane names, launch-heavy first
+lanes_of() {
+  case "$1" in
+    verl) echo "verl-launches verl" ;;
+    openrlhf) echo "openrlhf" ;;
+    trl) echo "trl" ;;
+    *) echo "run_all: unknown suite '$1'" >&2; return 1 ;;
+  esac
 }
 
+# lane_files LANE -> pytest paths (and ignores) of that lane
+lane_files() {
+  case "$1" in
+    verl-launches) echo "$VERL_LAUNCHES" ;;
+    verl) echo "tests/core tests/smoke tests/reward tests/verl tests/data tests/eval tests/docs/test_docs.py" \
+               "--ignore=tests/verl/test_smoke_e2e.py" ;;
+    # the reward engine's own tests (tests/reward) run in the verl suite; flash_attn is stubbed by
+    # tests/openrlhf/conftest.py (compat/cpu_stubs.py)
+    openrlhf) echo "tests/core tests/openrlhf tests/docs/test_examples_openrlhf.py" ;;
+    trl) echo "tests/core tests/trl tests/docs/test_examples_trl.py" ;;
+  esac
+}
+
+describe() {  # SUITE PYTHON -> one line naming the framework release the suite runs against
+  case "$1" in
+    verl) "$2" -c 'import verl; print("verl", verl.__version__)' 2>/dev/null ;;
+    openrlhf) "$2" -c 'import importlib.metadata as m; print("openrlhf", m.version("openrlhf"))' 2>/dev/null ;;
+    trl) "$2" -c 'import importlib.metadata as m; print("trl", m.version("trl"))' 2>/dev/null ;;
+  esac
+}
+
+LOGS=${TEST_LOGS:-$(mktemp -d "${TMPDIR:-/tmp}/microcoder-tests.XXXXXX")}
+mkdir -p "$LOGS"
+start=$SECONDS
+
+# 1. the venvs, one per suite (built at once on a fresh machine; each build's pip log is in the venv)
+declare -A PY=() BUILD=()
+for suite in $SUITES; do
+  lanes_of "$suite" >/dev/null || exit 2
+  ( py=$(ensure_venv "$suite") && echo "$py" >"$LOGS/$suite.python" ) 2>"$LOGS/$suite.venv.log" &
+  BUILD[$suite]=$!
+done
 status=0
 for suite in $SUITES; do
-  case "$suite" in
-    verl)
-      py=$(ensure_venv verl)
-      log "suite verl: core + smoke core + reward engine + verl adapter + data/eval + docs tests ($("$py" -c 'import verl; print("verl", verl.__version__)' 2>/dev/null))"
-      run_pytest "$py" tests/core tests/smoke tests/reward tests/verl tests/data tests/eval \
-        tests/docs/test_docs.py tests/docs/test_examples_verl.py "$@" || status=1
-      ;;
-    openrlhf)
-      # the reward engine's own tests (tests/reward) run in the verl suite; flash_attn is stubbed by
-      # tests/openrlhf/conftest.py (compat/cpu_stubs.py)
-      py=$(ensure_venv openrlhf)
-      log "suite openrlhf: core + OpenRLHF adapter + docs example tests ($("$py" -c 'import openrlhf, importlib.metadata as m; print("openrlhf", m.version("openrlhf"))' 2>/dev/null))"
-      run_pytest "$py" tests/core tests/openrlhf tests/docs/test_examples_openrlhf.py "$@" || status=1
-      ;;
-    trl)
-      py=$(ensure_venv trl)
-      log "suite trl: core + TRL adapter + docs example tests ($("$py" -c 'import importlib.metadata as m; print("trl", m.version("trl"))' 2>/dev/null))"
-      run_pytest "$py" tests/core tests/trl tests/docs/test_examples_trl.py "$@" || status=1
-      ;;
-    *) echo "run_all: unknown suite '$suite'" >&2; status=1 ;;
-  esac
+  if wait "${BUILD[$suite]}" && [ -s "$LOGS/$suite.python" ]; then
+    PY[$suite]=$(cat "$LOGS/$suite.python")
+    log "suite $suite: $(describe "$suite" "${PY[$suite]}") in $(dirname "$(dirname "${PY[$suite]}")")"
+  else
+    cat "$LOGS/$suite.venv.log" >&2
+    echo "run_all: the $suite venv could not be built (log above)" >&2
+    status=1
+  fi
 done
+[ "$status" -eq 0 ] || exit 1
+
+# 2. the lanes, up to TEST_JOBS at once
+lanes=()
+for suite in $SUITES; do for lane in $(lanes_of "$suite"); do lanes+=("$suite:$lane"); done; done
+log "${#lanes[@]} lane(s), up to $TEST_JOBS at once; live logs in $LOGS/<lane>.log"
+
+declare -A LANE_OF_PID=() LANE_T0=()
+collected=0
+finish() {  # PID RC: print a finished lane's log and fold its exit code into the run's
+  local pid=$1 rc=$2 lane=${LANE_OF_PID[$1]}
+  log "lane $lane: exit $rc after $((SECONDS - LANE_T0[$lane])) s (log $LOGS/$lane.log)"
+  cat "$LOGS/$lane.log"
+  case "$rc" in
+    0) collected=1 ;;
+    5) echo "run_all: lane $lane collected no tests" >&2 ;;  # fine for one lane under -k, not for the whole run
+    *) status=1 ;;
+  esac
+  unset "LANE_OF_PID[$pid]"
+}
+
+running=0
+for entry in "${lanes[@]}"; do
+  suite=${entry%%:*}; lane=${entry#*:}
+  if [ "$running" -ge "$TEST_JOBS" ]; then
+    set +e; wait -n -p done_pid "${!LANE_OF_PID[@]}"; rc=$?; set -e
+    finish "$done_pid" "$rc"; running=$((running - 1))
+  fi
+  # shellcheck disable=SC2046  # lane_files is a word list
+  (cd "$ROOT" && exec "${PY[$suite]}" -m pytest --durations=20 $(lane_files "$lane") "$@") >"$LOGS/$lane.log" 2>&1 &
+  LANE_OF_PID[$!]=$lane; LANE_T0[$lane]=$SECONDS; running=$((running + 1))
+  log "lane $lane started ($suite venv): $(lane_files "$lane")"
+done
+while [ "${#LANE_OF_PID[@]}" -gt 0 ]; do
+  set +e; wait -n -p done_pid "${!LANE_OF_PID[@]}"; rc=$?; set -e
+  finish "$done_pid" "$rc"
+done
+
+if [ "$collected" -eq 0 ]; then echo "run_all: pytest collected no tests in any lane: failing" >&2; status=1; fi
+log "run_all: exit $status after $((SECONDS - start)) s"
 exit $status

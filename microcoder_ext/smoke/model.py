@@ -14,6 +14,7 @@ everything they are built from.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -27,6 +28,7 @@ from microcoder_ext import tiny
 BUILD_VERSION = 1
 DEFAULT_SHAPE = tiny.TinyShape(hidden_size=128, num_layers=2, num_heads=4, num_kv_heads=2, intermediate_size=256,
                                max_position_embeddings=4096)
+META_FILE = "microcoder_smoke_model.json"
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
 
 
@@ -100,7 +102,6 @@ def prepare_model(model: str | None, *, shape: tiny.TinyShape = DEFAULT_SHAPE, w
                   seed: int = 0, cache: bool = True, out_dir: str | os.PathLike | None = None) -> TinyModel:
     """Build (or reuse from the cache) the tiny model for a smoke run of ``model`` (a path or hub id, or None)."""
     import transformers
-    from transformers import AutoConfig, AutoTokenizer
 
     config_file = _local_file(model, "config.json")
     tok_files = [f for f in _TOKENIZER_FILES if _local_file(model, f)]
@@ -108,12 +109,24 @@ def prepare_model(model: str | None, *, shape: tiny.TinyShape = DEFAULT_SHAPE, w
     key = _digest(BUILD_VERSION, model, _file_digest(config_file),
                   [_file_digest(_local_file(model, f)) for f in tok_files], asdict(shape), warm_steps, seed,
                   transformers.__version__)
-    target = Path(out_dir) if out_dir is not None else cache_root() / key
-    meta_file = target / "microcoder_smoke_model.json"
-    if cache and out_dir is None and meta_file.is_file():
-        info = TinyModel(**json.loads(meta_file.read_text()))
-        info.path, info.cached = str(target), True
-        return info
+    if out_dir is not None:
+        return _build(model, Path(out_dir), shape, warm_steps, seed, problems, examples, config_file, tok_files)
+    target = cache_root() / key
+    target.parent.mkdir(parents=True, exist_ok=True)
+    # one builder per cache entry: runs that start together (concurrent test lanes, several smokes) wait for it
+    with open(target.with_name(key + ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        meta_file = target / META_FILE
+        if cache and meta_file.is_file():
+            info = TinyModel(**json.loads(meta_file.read_text()))
+            info.path, info.cached = str(target), True
+            return info
+        return _build(model, target, shape, warm_steps, seed, problems, examples, config_file, tok_files)
+
+
+def _build(model, target: Path, shape, warm_steps, seed, problems, examples, config_file, tok_files) -> TinyModel:
+    """Build the tiny model into ``target`` (replaced whole, through a temporary sibling directory)."""
+    from transformers import AutoConfig, AutoTokenizer
 
     if tok_files:
         local = os.path.expanduser(model)
@@ -155,7 +168,7 @@ def prepare_model(model: str | None, *, shape: tiny.TinyShape = DEFAULT_SHAPE, w
                      config_source=config_source, tokenizer_source=tokenizer_source, parameters=tiny.n_params(built),
                      vocab_size=vocab, warm_start_steps=warm_steps if losses else 0,
                      warm_start_loss=[round(losses[0], 4), round(losses[-1], 4)] if losses else [], changes=changes)
-    (tmp / meta_file.name).write_text(json.dumps(info.to_dict(), indent=1))
+    (tmp / META_FILE).write_text(json.dumps(info.to_dict(), indent=1))
     if target.exists():
         shutil.rmtree(target, ignore_errors=True)
     target.parent.mkdir(parents=True, exist_ok=True)

@@ -9,7 +9,9 @@ score and verdict, what the *host process* suffered during the call:
 * ``max_stall_ms``: the longest gap between two ticks of that thread. A judge that holds the GIL (a backtracking
   regex, a quadratic loop in pure Python) freezes every other thread of a training process, and shows up here;
 * ``leftovers``: what the call left behind: files under the engine's temp root, processes of the engine's sandbox
-  uid range, entries in ``/dev/shm``, and shared memory still held (``Shmem`` of ``/proc/meminfo``, MiB).
+  uid range, and shared memory those uids still own (``/dev/shm`` entries, System V segments). Ownership, not
+  host-wide counters (``/dev/shm`` listings, ``Shmem`` of ``/proc/meminfo``): ``make test`` runs other suites at
+  the same time (Ray's object store, vLLM's message queues), and only a sandbox uid runs the hostile program.
 
 :func:`assert_still_judges` then checks that the same engine still scores a correct and a wrong program right.
 Imported by plain name from the test modules of this folder (``conftest.py`` puts the folder on ``sys.path``).
@@ -30,12 +32,31 @@ def rss_bytes() -> int:
         return int(f.read().split()[1]) * _PAGE
 
 
-def shmem_mib() -> float:
-    with open("/proc/meminfo") as f:
-        for line in f:
-            if line.startswith("Shmem:"):
-                return int(line.split()[1]) / 1024
-    return 0.0
+def sandbox_shm(uid_min: int, uid_max: int) -> dict[str, int]:
+    """Shared memory owned by the uids ``[uid_min, uid_max]``: ``{"/dev/shm/NAME" | "sysv:ID": bytes}``."""
+    owned: dict[str, int] = {}
+    try:
+        names = os.listdir("/dev/shm")
+    except OSError:
+        names = []
+    for name in names:
+        try:
+            st = os.lstat(os.path.join("/dev/shm", name))
+        except OSError:
+            continue
+        if uid_min <= st.st_uid <= uid_max:
+            owned["/dev/shm/" + name] = st.st_size
+    try:
+        with open("/proc/sysvipc/shm") as f:
+            header, *rows = f.read().splitlines()
+    except OSError:
+        return owned
+    cols = header.split()
+    for row in rows:
+        v = row.split()
+        if uid_min <= int(v[cols.index("uid")]) <= uid_max:
+            owned["sysv:" + v[cols.index("shmid")]] = int(v[cols.index("size")])
+    return owned
 
 
 class Ticker:
@@ -115,19 +136,12 @@ def _files_under(root: str) -> list[str]:
     return out
 
 
-def _shm_entries() -> set[str]:
-    try:
-        return set(os.listdir("/dev/shm"))
-    except OSError:
-        return set()
-
-
 def observe(engine, code: str, ground_truth, *, uid_range: tuple[int, int], tmp_root: str, settle_s: float = 5.0,
             **options) -> Observation:
     """One real ``evaluate`` call of ``code`` against ``ground_truth`` (any encoding the reward accepts)."""
     from microcoder_ext.reward import evaluate_response
 
-    shm_before, shm_mib_before = _shm_entries(), shmem_mib()
+    shm_before = sandbox_shm(*uid_range)
     rss0 = rss_bytes()
     response = f"```python\n{code}\n```"
     with Ticker() as tick:
@@ -139,7 +153,7 @@ def observe(engine, code: str, ground_truth, *, uid_range: tuple[int, int], tmp_
     while True:
         procs = sandbox_processes(*uid_range)
         files = _files_under(tmp_root)
-        shm = sorted(_shm_entries() - shm_before)
+        shm = {k: n for k, n in sandbox_shm(*uid_range).items() if k not in shm_before}
         if not (procs or files or shm) or time.monotonic() > deadline:
             break
         time.sleep(0.1)
@@ -148,10 +162,7 @@ def observe(engine, code: str, ground_truth, *, uid_range: tuple[int, int], tmp_
     if files:
         leftovers["files"] = files[:10]
     if shm:
-        leftovers["shm"] = shm
-    held = shmem_mib() - shm_mib_before
-    if held > 8:
-        leftovers["shmem_mib"] = round(held, 1)
+        leftovers["shm"] = {k: round(n / (1 << 20), 2) for k, n in sorted(shm.items())[:10]}  # MiB each
     return Observation(float(res.score), res.verdict, str(res.detail), wall,
                        (tick.peak_rss - rss0) / (1 << 20), tick.max_gap * 1e3, leftovers)
 

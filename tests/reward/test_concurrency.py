@@ -17,7 +17,9 @@ from microcoder_ext.reward import Engine, EngineConfig, evaluate_response
 from microcoder_ext.reward.concurrency import (LocalSlots, NodeSlots, SlotsUnavailable, _cgroup_cpu_limit,
                                                available_cores)
 
-UID_BASE = 60600 + 3 * (os.getpid() % 33)  # distinct from conftest's range (60700..)
+# its own uid range: above the default engine's (60600 + slots: the real launches that make test runs beside this
+# suite), below conftest's (60700..)
+UID_BASE = 60610 + 3 * (os.getpid() % 13)
 
 # one "RewardLoopWorker": an engine, THREADS threads, each scoring PER_THREAD sleeping programs; every slot
 # holder counts itself in the shared counter file while it holds the slot

@@ -56,6 +56,30 @@ def test_cache_reuses_a_built_model(tmp_path, monkeypatch):
     assert prepare_model(None, warm_steps=3).path != a.path
 
 
+def test_runs_starting_together_build_a_cache_entry_once(tmp_path):
+    """Three processes ask for the same uncached model at once (make test's concurrent lanes): one builds it, the
+    others wait for it and reuse it; all get the same complete directory."""
+    import subprocess
+    import sys
+
+    code = ("import json; from microcoder_ext.smoke.model import prepare_model; "
+            "i = prepare_model(None, warm_steps=2); print(json.dumps([i.path, i.cached]))")
+    env = {**os.environ, "MICROCODER_CACHE": str(tmp_path)}
+    procs = [subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              env=env) for _ in range(3)]
+    results = []
+    for p in procs:
+        out, err = p.communicate(timeout=300)
+        assert p.returncode == 0, err[-3000:]
+        results.append(json.loads(out.strip().splitlines()[-1]))
+    assert len({path for path, _ in results}) == 1
+    assert sorted(cached for _, cached in results) == [False, True, True]
+    from transformers import AutoModelForCausalLM
+
+    assert AutoModelForCausalLM.from_pretrained(results[0][0]) is not None
+    assert not [p.name for p in (tmp_path / "smoke-models").iterdir() if ".tmp" in p.name]
+
+
 def test_warm_start_makes_answers_end(tmp_path):
     info = prepare_model(None, warm_steps=60, out_dir=tmp_path / "w")
     assert info.warm_start_steps == 60 and info.warm_start_loss[1] < info.warm_start_loss[0] / 3
