@@ -21,8 +21,10 @@ agent loop and temperature plumbing (verl: ``microcoder_single_turn`` vs verl's 
 controller setting the sampling temperature) inside: the generation time the framework logs per step (verl's is
 quantized: its agent loop manager waits for results in ~2 s polls), and the span vLLM itself saw, from the first of
 the step's requests reaching it to the last one finishing (smoke evidence), per generated token so that the
-lengths the two runs happened to sample do not count (goal <= 1.05 for both). CPU timings on a shared 2-core
-machine are noisy: read the spread.
+lengths the two runs happened to sample do not count (goal <= 1.05 for both). Each phase's mean is printed too, as
+the framework times it (verl's ``timing_s/*``: ``adv`` is where the microcoder trainer adds its own work, the mask
+and the diversity measurement; OpenRLHF: the smoke report's phase times). CPU timings on a shared 2-core machine are
+noisy: read the spread.
 """
 
 from __future__ import annotations
@@ -70,15 +72,31 @@ def _one(framework: str, algo: str, steps: int, work: Path) -> dict:
     report = json.loads((work / "report.json").read_text())
     rows = []
     engine = _engine_spans(work / "evidence.jsonl")
+    phases = _verl_phases(work / "metrics.jsonl") if framework == "verl" else {}
     for s in report["steps"][1:]:  # the first step pays start-up costs (and vLLM's first requests)
         total = s["framework"].get("step_s")
         gen = s["times"].get("generation")
         if total is None or gen is None:
             raise RuntimeError(f"{framework}: the report has no step / generation time for step {s['step']}")
         span, n = engine.get(s["step"], (None, None))
+        times = phases.get(s["step"]) or {k: v for k, v in s["times"].items() if v is not None}
         rows.append({"step": s["step"], "step_s": total, "excl_gen_s": total - gen, "gen_s": gen, "tokens": n,
-                     "engine_span_s": span, "engine_ms_per_token": None if not n else 1000 * span / n})
+                     "engine_span_s": span, "engine_ms_per_token": None if not n else 1000 * span / n,
+                     "phases": times})
     return {"steps": rows, "wall_s": report["wall_s"]}
+
+
+def _verl_phases(path: Path) -> dict[int, dict[str, float]]:
+    """verl's own per-step phase timers (``timing_s/*`` of its file logger, e.g. ``adv``: advantages, where the
+    microcoder trainer adds the mask and the diversity measurement)."""
+    out = {}
+    for line in path.read_text().splitlines() if path.is_file() else ():
+        row = json.loads(line)
+        data = row.get("data", {})
+        if "timing_s/step" in data:
+            out[row["step"]] = {k[len("timing_s/"):]: float(v) for k, v in data.items()
+                                if k.startswith("timing_s/") and isinstance(v, (int, float))}
+    return out
 
 
 def _engine_spans(path: Path) -> dict[int, tuple[float, int]]:
@@ -109,13 +127,20 @@ def measure(framework: str, steps: int, repeats: int) -> dict:
                      "step_mean_s": statistics.mean(full), "n_steps": len(excl),
                      "gen_mean_s": statistics.mean(gen), "gen_median_s": statistics.median(gen),
                      "engine_ms_per_token_mean": statistics.mean(per_token) if per_token else None,
-                     "engine_ms_per_token_stdev": statistics.pstdev(per_token) if per_token else None, "runs": items}
+                     "engine_ms_per_token_stdev": statistics.pstdev(per_token) if per_token else None,
+                     "phases_mean_s": _phase_means([row for run in items for row in run["steps"]]), "runs": items}
     out["ratio_excl_generation"] = out["microcoder"]["excl_gen_mean_s"] / out["baseline"]["excl_gen_mean_s"]
     out["ratio_generation"] = out["microcoder"]["gen_mean_s"] / out["baseline"]["gen_mean_s"]
     b, m = out["baseline"]["engine_ms_per_token_mean"], out["microcoder"]["engine_ms_per_token_mean"]
     out["ratio_engine_per_token"] = m / b if b and m else None
     out["ratio_full_step"] = out["microcoder"]["step_mean_s"] / out["baseline"]["step_mean_s"]
     return out
+
+
+def _phase_means(rows: list[dict]) -> dict[str, float]:
+    """Mean seconds of each phase every step logged."""
+    keys = set.intersection(*(set(r["phases"]) for r in rows)) if rows else set()
+    return {k: statistics.mean(r["phases"][k] for r in rows) for k in sorted(keys)}
 
 
 def main(argv=None) -> int:
@@ -147,6 +172,9 @@ def main(argv=None) -> int:
                   f"(sd {b['engine_ms_per_token_stdev']:.2f})  microcoder {m['engine_ms_per_token_mean']:.2f} ms "
                   f"(sd {m['engine_ms_per_token_stdev']:.2f})  ratio {res['ratio_engine_per_token']:.3f} "
                   "(goal <= 1.05)", flush=True)
+        pb, pm = b["phases_mean_s"], m["phases_mean_s"]
+        print(f"{fw}: phases, mean s baseline -> microcoder: " + ", ".join(
+            f"{k} {pb[k]:.3f} -> {pm[k]:.3f}" for k in pb if k in pm and k not in ("step", "gen")), flush=True)
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2) + "\n")
     return 0

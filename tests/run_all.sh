@@ -12,7 +12,7 @@
 # A suite runs as one or more lanes, each one pytest process; up to $TEST_JOBS lanes run at once. Most of a real
 # training launch (Ray, the trainer's workers, the vLLM engine) is process start-up that leaves the CPUs partly idle,
 # so the verl suite's launches (its end-to-end file and the docs' verl examples) are a lane of their own beside the
-# rest of the suite. A lane's output goes to $TEST_LOGS/<lane>.log (default: a temporary directory, named on
+# rest of the suite; the tests that time the host run alone at the end. A lane's output goes to $TEST_LOGS/<lane>.log (default: a temporary directory, named on
 # start) and is printed whole when the lane ends; the run fails if any lane fails or if no lane collected a test.
 set -euo pipefail
 
@@ -25,11 +25,15 @@ case "$TEST_JOBS" in ''|*[!0-9]*|0) echo "run_all: TEST_JOBS must be an integer 
 
 # The launch-heavy files of the verl suite (their own lane). Every suite's files are listed in lane_files below.
 VERL_LAUNCHES="tests/verl/test_smoke_e2e.py tests/docs/test_examples_verl.py"
+# Tests that measure the host while a hostile program runs (the longest stall of a thread of the judging process,
+# its wall time): a busy machine stalls threads by itself, so they run alone, after the other lanes (~20 s).
+VERL_HOST="tests/reward/test_hostile_judge.py tests/reward/test_hostile_sandbox.py"
+SOLO_LANES="verl-host"
 
 # lanes_of SUITE -> the suite's lane names, launch-heavy first
 lanes_of() {
   case "$1" in
-    verl) echo "verl-launches verl" ;;
+    verl) echo "verl-launches verl verl-host" ;;
     openrlhf) echo "openrlhf" ;;
     trl) echo "trl" ;;
     *) echo "run_all: unknown suite '$1'" >&2; return 1 ;;
@@ -41,7 +45,8 @@ lane_files() {
   case "$1" in
     verl-launches) echo "$VERL_LAUNCHES" ;;
     verl) echo "tests/core tests/smoke tests/reward tests/verl tests/data tests/eval tests/docs/test_docs.py" \
-               "--ignore=tests/verl/test_smoke_e2e.py" ;;
+               "--ignore=tests/verl/test_smoke_e2e.py" "--ignore=${VERL_HOST// / --ignore=}" ;;
+    verl-host) echo "$VERL_HOST" ;;
     # the reward engine's own tests (tests/reward) run in the verl suite; flash_attn is stubbed by
     # tests/openrlhf/conftest.py (compat/cpu_stubs.py)
     openrlhf) echo "tests/core tests/openrlhf tests/docs/test_examples_openrlhf.py" ;;
@@ -81,10 +86,14 @@ for suite in $SUITES; do
 done
 [ "$status" -eq 0 ] || exit 1
 
-# 2. the lanes, up to TEST_JOBS at once
-lanes=()
-for suite in $SUITES; do for lane in $(lanes_of "$suite"); do lanes+=("$suite:$lane"); done; done
-log "${#lanes[@]} lane(s), up to $TEST_JOBS at once; live logs in $LOGS/<lane>.log"
+# 2. the lanes, up to TEST_JOBS at once, then the solo lanes one by one
+lanes=() solo=()
+for suite in $SUITES; do
+  for lane in $(lanes_of "$suite"); do
+    case " $SOLO_LANES " in *" $lane "*) solo+=("$suite:$lane") ;; *) lanes+=("$suite:$lane") ;; esac
+  done
+done
+log "${#lanes[@]} lane(s), up to $TEST_JOBS at once, then ${#solo[@]} alone; live logs in $LOGS/<lane>.log"
 
 declare -A LANE_OF_PID=() LANE_T0=()
 collected=0
@@ -100,21 +109,27 @@ finish() {  # PID RC: print a finished lane's log and fold its exit code into th
   unset "LANE_OF_PID[$pid]"
 }
 
-running=0
-for entry in "${lanes[@]}"; do
-  suite=${entry%%:*}; lane=${entry#*:}
-  if [ "$running" -ge "$TEST_JOBS" ]; then
-    set +e; wait -n -p done_pid "${!LANE_OF_PID[@]}"; rc=$?; set -e
-    finish "$done_pid" "$rc"; running=$((running - 1))
-  fi
+start_lane() {  # SUITE LANE [PYTEST ARGS...]: in the background
+  local suite=$1 lane=$2; shift 2
   # shellcheck disable=SC2046  # lane_files is a word list
   (cd "$ROOT" && exec "${PY[$suite]}" -m pytest --durations=20 $(lane_files "$lane") "$@") >"$LOGS/$lane.log" 2>&1 &
-  LANE_OF_PID[$!]=$lane; LANE_T0[$lane]=$SECONDS; running=$((running + 1))
+  LANE_OF_PID[$!]=$lane; LANE_T0[$lane]=$SECONDS
   log "lane $lane started ($suite venv): $(lane_files "$lane")"
-done
-while [ "${#LANE_OF_PID[@]}" -gt 0 ]; do
-  set +e; wait -n -p done_pid "${!LANE_OF_PID[@]}"; rc=$?; set -e
+}
+
+wait_one() {
+  set +e; wait -n -p done_pid "${!LANE_OF_PID[@]}"; local rc=$?; set -e
   finish "$done_pid" "$rc"
+}
+
+for entry in "${lanes[@]}"; do
+  while [ "${#LANE_OF_PID[@]}" -ge "$TEST_JOBS" ]; do wait_one; done
+  start_lane "${entry%%:*}" "${entry#*:}" "$@"
+done
+while [ "${#LANE_OF_PID[@]}" -gt 0 ]; do wait_one; done
+for entry in "${solo[@]}"; do
+  start_lane "${entry%%:*}" "${entry#*:}" "$@"
+  wait_one
 done
 
 if [ "$collected" -eq 0 ]; then echo "run_all: pytest collected no tests in any lane: failing" >&2; status=1; fi
