@@ -12,7 +12,8 @@
 # A suite runs as one or more lanes, each one pytest process; up to $TEST_JOBS lanes run at once. Most of a real
 # training launch (Ray, the trainer's workers, the vLLM engine) is process start-up that leaves the CPUs partly idle,
 # so the verl suite's launches (its end-to-end file and the docs' verl examples) are a lane of their own beside the
-# rest of the suite; the tests that time the host run alone at the end. A lane's output goes to $TEST_LOGS/<lane>.log (default: a temporary directory, named on
+# rest of the suite; the tests that time the host run alone at the end. The venvs are built at the same time, and a
+# suite's lanes start as soon as its venv is ready (on a fresh machine the verl tests run while OpenRLHF's builds). A lane's output goes to $TEST_LOGS/<lane>.log (default: a temporary directory, named on
 # start) and is printed whole when the lane ends; the run fails if any lane fails or if no lane collected a test.
 set -euo pipefail
 
@@ -65,48 +66,49 @@ describe() {  # SUITE PYTHON -> one line naming the framework release the suite 
 LOGS=${TEST_LOGS:-$(mktemp -d "${TMPDIR:-/tmp}/microcoder-tests.XXXXXX")}
 mkdir -p "$LOGS"
 start=$SECONDS
-
-# 1. the venvs, one per suite (built at once on a fresh machine; each build's pip log is in the venv)
-declare -A PY=() BUILD=()
-for suite in $SUITES; do
-  lanes_of "$suite" >/dev/null || exit 2
-  ( py=$(ensure_venv "$suite") && echo "$py" >"$LOGS/$suite.python" ) 2>"$LOGS/$suite.venv.log" &
-  BUILD[$suite]=$!
-done
 status=0
-for suite in $SUITES; do
-  if wait "${BUILD[$suite]}" && [ -s "$LOGS/$suite.python" ]; then
-    PY[$suite]=$(cat "$LOGS/$suite.python")
-    log "suite $suite: $(describe "$suite" "${PY[$suite]}") in $(dirname "$(dirname "${PY[$suite]}")")"
-  else
-    cat "$LOGS/$suite.venv.log" >&2
-    echo "run_all: the $suite venv could not be built (log above)" >&2
-    status=1
-  fi
-done
-[ "$status" -eq 0 ] || exit 1
+collected=0
 
-# 2. the lanes, up to TEST_JOBS at once, then the solo lanes one by one
 lanes=() solo=()
 for suite in $SUITES; do
+  lanes_of "$suite" >/dev/null || exit 2
   for lane in $(lanes_of "$suite"); do
     case " $SOLO_LANES " in *" $lane "*) solo+=("$suite:$lane") ;; *) lanes+=("$suite:$lane") ;; esac
   done
 done
+
+declare -A PY=() READY=() BUILD_OF_PID=() LANE_OF_PID=() LANE_T0=()
+
+# 1. the venvs, one per suite, built at once (a fresh machine); a suite's lanes start as soon as its venv is ready
+for suite in $SUITES; do
+  ( py=$(ensure_venv "$suite") && echo "$py" >"$LOGS/$suite.python" ) 2>"$LOGS/$suite.venv.log" &
+  BUILD_OF_PID[$!]=$suite
+done
 log "${#lanes[@]} lane(s), up to $TEST_JOBS at once, then ${#solo[@]} alone; live logs in $LOGS/<lane>.log"
 
-declare -A LANE_OF_PID=() LANE_T0=()
-collected=0
+built() {  # PID RC: a venv build ended
+  local suite=${BUILD_OF_PID[$1]}
+  unset "BUILD_OF_PID[$1]"
+  if [ "$2" -eq 0 ] && [ -s "$LOGS/$suite.python" ]; then
+    PY[$suite]=$(cat "$LOGS/$suite.python"); READY[$suite]=1
+    log "suite $suite: $(describe "$suite" "${PY[$suite]}") in $(dirname "$(dirname "${PY[$suite]}")") ($((SECONDS - start)) s)"
+  else
+    READY[$suite]=0; status=1
+    cat "$LOGS/$suite.venv.log" >&2
+    echo "run_all: the $suite venv could not be built (log above); its tests do not run" >&2
+  fi
+}
+
 finish() {  # PID RC: print a finished lane's log and fold its exit code into the run's
-  local pid=$1 rc=$2 lane=${LANE_OF_PID[$1]}
-  log "lane $lane: exit $rc after $((SECONDS - LANE_T0[$lane])) s (log $LOGS/$lane.log)"
+  local lane=${LANE_OF_PID[$1]}
+  unset "LANE_OF_PID[$1]"
+  log "lane $lane: exit $2 after $((SECONDS - LANE_T0[$lane])) s (log $LOGS/$lane.log)"
   cat "$LOGS/$lane.log"
-  case "$rc" in
+  case "$2" in
     0) collected=1 ;;
     5) echo "run_all: lane $lane collected no tests" >&2 ;;  # fine for one lane under -k, not for the whole run
     *) status=1 ;;
   esac
-  unset "LANE_OF_PID[$pid]"
 }
 
 start_lane() {  # SUITE LANE [PYTEST ARGS...]: in the background
@@ -117,19 +119,30 @@ start_lane() {  # SUITE LANE [PYTEST ARGS...]: in the background
   log "lane $lane started ($suite venv): $(lane_files "$lane")"
 }
 
-wait_one() {
-  set +e; wait -n -p done_pid "${!LANE_OF_PID[@]}"; local rc=$?; set -e
-  finish "$done_pid" "$rc"
+wait_any() {  # the next venv build or lane to end
+  local done_pid rc
+  set +e; wait -n -p done_pid "${!BUILD_OF_PID[@]}" "${!LANE_OF_PID[@]}"; rc=$?; set -e
+  if [ -n "${BUILD_OF_PID[$done_pid]:-}" ]; then built "$done_pid" "$rc"; else finish "$done_pid" "$rc"; fi
 }
 
-for entry in "${lanes[@]}"; do
-  while [ "${#LANE_OF_PID[@]}" -ge "$TEST_JOBS" ]; do wait_one; done
-  start_lane "${entry%%:*}" "${entry#*:}" "$@"
+# 2. the lanes, up to TEST_JOBS at once (in order, each once its venv is ready), then the solo lanes one by one
+pending=("${lanes[@]}")
+while [ "${#pending[@]}" -gt 0 ] || [ "${#LANE_OF_PID[@]}" -gt 0 ] || [ "${#BUILD_OF_PID[@]}" -gt 0 ]; do
+  rest=()
+  for entry in "${pending[@]}"; do
+    suite=${entry%%:*}
+    case "${READY[$suite]:-}" in
+      1) if [ "${#LANE_OF_PID[@]}" -lt "$TEST_JOBS" ]; then start_lane "$suite" "${entry#*:}" "$@"; else rest+=("$entry"); fi ;;
+      0) ;;  # its venv failed: reported above
+      *) rest+=("$entry") ;;
+    esac
+  done
+  pending=("${rest[@]}")
+  if [ "${#LANE_OF_PID[@]}" -eq 0 ] && [ "${#BUILD_OF_PID[@]}" -eq 0 ]; then break; fi
+  wait_any
 done
-while [ "${#LANE_OF_PID[@]}" -gt 0 ]; do wait_one; done
 for entry in "${solo[@]}"; do
-  start_lane "${entry%%:*}" "${entry#*:}" "$@"
-  wait_one
+  if [ "${READY[${entry%%:*}]:-}" = 1 ]; then start_lane "${entry%%:*}" "${entry#*:}" "$@"; wait_any; fi
 done
 
 if [ "$collected" -eq 0 ]; then echo "run_all: pytest collected no tests in any lane: failing" >&2; status=1; fi

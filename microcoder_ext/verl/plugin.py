@@ -29,8 +29,13 @@ TRAINER_NAME = "microcoder_sync"
 
 def register_trainer(v1_module=None) -> None:
     """Register :class:`~microcoder_ext.verl.trainer.MicrocoderSyncTrainer` as ``microcoder_sync`` (idempotent)."""
+    import sys
+
     from verl.trainer.ppo.v1.trainer_base import TRAINER_REGISTRY, register_trainer as _register
 
+    ours = sys.modules.get("microcoder_ext.verl.trainer")
+    if ours is not None and getattr(getattr(ours, "__spec__", None), "_initializing", False):
+        return  # our trainer module is being imported (it imported verl's v1 package): its decorator registers it
     from microcoder_ext.verl.trainer import MicrocoderSyncTrainer  # its @register_trainer runs on first import
 
     if TRAINER_REGISTRY.get(TRAINER_NAME) is not MicrocoderSyncTrainer:  # e.g. after a reload of verl's registry

@@ -224,6 +224,22 @@ def test_v1_already_imported_registers_immediately():
     assert "OK MicrocoderSyncTrainer" in r.stdout
 
 
+def test_importing_our_trainer_first_registers_it_without_an_error():
+    # a user's script imports the trainer class before anything of verl's v1 package: the trainer module imports
+    # verl's v1 package, whose hook must not re-enter the half-imported trainer module (an ERROR and an ImportError)
+    r = _python(
+        """
+        from microcoder_ext.verl.trainer import MicrocoderSyncTrainer
+        import verl.trainer.ppo.v1 as v1
+        assert v1.get_trainer_cls('microcoder_sync') is MicrocoderSyncTrainer
+        print('OK')
+        """
+    )
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "OK" in r.stdout
+    assert "failed after" not in r.stderr and "ImportError" not in r.stderr, r.stderr[-2000:]
+
+
 def test_reloads_keep_one_hook_and_register_again():
     r = _python(
         """
