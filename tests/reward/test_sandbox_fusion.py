@@ -164,7 +164,10 @@ def test_judging_is_ours(sf):
     ("import os; os._exit(0)", V.WRONG_ANSWER),
 ])
 def test_stdin_verdicts(sf, code, verdict):
-    r = sf(code, {"inputs": ["1 1\n"], "outputs": ["2\n"]})
+    # filling 512 MiB is real work: on a loaded machine (make test's lanes side by side) it can outlast the 3 s wall
+    # limit of a 1 s test and end as a timeout; the memory case gets a 5 s test (13 s wall) to reach its limit
+    opts = {"timeout": 5.0} if verdict == V.MEMORY_LIMIT else {}
+    r = sf(code, {"inputs": ["1 1\n"], "outputs": ["2\n"]}, **opts)
     assert r.verdict == verdict, r.detail
 
 
