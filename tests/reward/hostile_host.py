@@ -32,6 +32,19 @@ def rss_bytes() -> int:
         return int(f.read().split()[1]) * _PAGE
 
 
+def sysv_rows(kind: str, uid_min: int, uid_max: int) -> list[dict[str, str]]:
+    """Rows of ``/proc/sysvipc/<kind>`` (``shm``, ``msg``, ``sem``) owned by the uids ``[uid_min, uid_max]``, by
+    column name."""
+    try:
+        with open(f"/proc/sysvipc/{kind}") as f:
+            header, *rows = f.read().splitlines()
+    except OSError:
+        return []
+    cols = header.split()
+    out = [dict(zip(cols, row.split())) for row in rows]
+    return [r for r in out if uid_min <= int(r["uid"]) <= uid_max]
+
+
 def sandbox_shm(uid_min: int, uid_max: int) -> dict[str, int]:
     """Shared memory owned by the uids ``[uid_min, uid_max]``: ``{"/dev/shm/NAME" | "sysv:ID": bytes}``."""
     owned: dict[str, int] = {}
@@ -46,16 +59,8 @@ def sandbox_shm(uid_min: int, uid_max: int) -> dict[str, int]:
             continue
         if uid_min <= st.st_uid <= uid_max:
             owned["/dev/shm/" + name] = st.st_size
-    try:
-        with open("/proc/sysvipc/shm") as f:
-            header, *rows = f.read().splitlines()
-    except OSError:
-        return owned
-    cols = header.split()
-    for row in rows:
-        v = row.split()
-        if uid_min <= int(v[cols.index("uid")]) <= uid_max:
-            owned["sysv:" + v[cols.index("shmid")]] = int(v[cols.index("size")])
+    for r in sysv_rows("shm", uid_min, uid_max):
+        owned["sysv:" + r["shmid"]] = int(r["size"])
     return owned
 
 

@@ -296,20 +296,12 @@ def _snapshot():
 
 
 def sysv_objects(uid_min, uid_max):
-    """(kind, id) of System V IPC objects owned by the sandbox uids."""
-    found = []
-    for kind, flag in (("shm", "-m"), ("msg", "-q"), ("sem", "-s")):
-        try:
-            with open(f"/proc/sysvipc/{kind}") as f:
-                header, *rows = f.read().splitlines()
-        except OSError:
-            continue
-        cols = header.split()
-        for row in rows:
-            v = row.split()
-            if uid_min <= int(v[cols.index("uid")]) <= uid_max:
-                found.append((flag, v[1]))
-    return found
+    """(ipcrm flag, id) of System V IPC objects owned by the sandbox uids."""
+    from hostile_host import sysv_rows
+
+    return [(flag, r[id_col]) for kind, flag, id_col in (("shm", "-m", "shmid"), ("msg", "-q", "msqid"),
+                                                          ("sem", "-s", "semid"))
+            for r in sysv_rows(kind, uid_min, uid_max)]
 
 
 @pytest.fixture
