@@ -42,6 +42,7 @@ import time
 import traceback
 from datetime import timedelta
 
+from microcoder_ext.openrlhf.cpu import CpuBackendRefused
 from microcoder_ext.smoke import evidence
 
 TIMEOUT_ENV = "MICROCODER_OPENRLHF_CPU_SYNC_TIMEOUT"
@@ -218,12 +219,12 @@ def route_worker() -> None:
     def init_process_group(self, master_address, master_port, rank_offset, world_size, group_name, backend="nccl",
                            use_ray=False):
         if use_ray:
-            raise NotImplementedError("--vllm.sync_with_ray (ray.util.collective inside vLLM's worker) is not "
-                                      "supported on the CPU: drop it (the weight sync runs over gloo)")
+            raise CpuBackendRefused("--vllm.sync_with_ray (ray.util.collective inside vLLM's worker) is not "
+                                    "supported on the CPU: drop it (the weight sync runs over gloo)")
         if self.parallel_config.tensor_parallel_size != 1:
-            raise NotImplementedError("tensor-parallel vLLM engines (--vllm.tensor_parallel_size "
-                                      f"{self.parallel_config.tensor_parallel_size}) are not supported on the CPU: "
-                                      "use --vllm.tensor_parallel_size 1 and more --vllm.num_engines")
+            raise CpuBackendRefused("tensor-parallel vLLM engines (--vllm.tensor_parallel_size "
+                                    f"{self.parallel_config.tensor_parallel_size}) are not supported on the CPU: "
+                                    "use --vllm.tensor_parallel_size 1 and more --vllm.num_engines")
         import openrlhf.utils.distributed_util as du
 
         if not getattr(du.stateless_init_process_group, _MARK, False):
@@ -233,7 +234,7 @@ def route_worker() -> None:
                              use_ray)
 
     def update_weight_cuda_ipc(self, *args, **kwargs):
-        raise NotImplementedError("CUDA IPC weight sync needs GPUs: use --vllm.sync_backend gloo on the CPU")
+        raise CpuBackendRefused("CUDA IPC weight sync needs GPUs: use --vllm.sync_backend gloo on the CPU")
 
     for fn, was in ((init_process_group, original_init), (update_weight, WorkerWrap.update_weight),
                     (update_weight_cuda_ipc, WorkerWrap.update_weight_cuda_ipc)):
