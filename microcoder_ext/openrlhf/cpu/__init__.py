@@ -42,8 +42,7 @@ SETUP_HOOK = "microcoder_ext.openrlhf.cpu.setup"
 
 
 class CpuBackendRefused(RuntimeError):
-    """The CPU backend would change what OpenRLHF does on this machine (GPU, real vLLM/flash-attn, not asked), or a
-    launch asks for what a CPU run cannot do (e.g. a CUDA IPC or tensor-parallel weight sync)."""
+    """The CPU backend would change what OpenRLHF does on this machine (GPU, real vLLM/flash-attn, not asked)."""
 
 
 def requested(environ=None) -> bool:

@@ -42,7 +42,6 @@ import time
 import traceback
 from datetime import timedelta
 
-from microcoder_ext.openrlhf.cpu import CpuBackendRefused
 from microcoder_ext.smoke import evidence
 
 TIMEOUT_ENV = "MICROCODER_OPENRLHF_CPU_SYNC_TIMEOUT"
@@ -55,6 +54,10 @@ _MARK = "_microcoder_cpu"
 
 class WeightSyncFailed(RuntimeError):
     """A weight sync into vLLM did not complete (a worker's error, or no progress within the timeout)."""
+
+
+class WeightSyncRefused(RuntimeError):
+    """A launch asks for a weight sync a CPU run cannot do (Ray collectives, tensor-parallel engines, CUDA IPC)."""
 
 
 def timeout_s() -> float:
@@ -219,10 +222,10 @@ def route_worker() -> None:
     def init_process_group(self, master_address, master_port, rank_offset, world_size, group_name, backend="nccl",
                            use_ray=False):
         if use_ray:
-            raise CpuBackendRefused("--vllm.sync_with_ray (ray.util.collective inside vLLM's worker) is not "
+            raise WeightSyncRefused("--vllm.sync_with_ray (ray.util.collective inside vLLM's worker) is not "
                                     "supported on the CPU: drop it (the weight sync runs over gloo)")
         if self.parallel_config.tensor_parallel_size != 1:
-            raise CpuBackendRefused("tensor-parallel vLLM engines (--vllm.tensor_parallel_size "
+            raise WeightSyncRefused("tensor-parallel vLLM engines (--vllm.tensor_parallel_size "
                                     f"{self.parallel_config.tensor_parallel_size}) are not supported on the CPU: "
                                     "use --vllm.tensor_parallel_size 1 and more --vllm.num_engines")
         import openrlhf.utils.distributed_util as du
@@ -234,7 +237,7 @@ def route_worker() -> None:
                              use_ray)
 
     def update_weight_cuda_ipc(self, *args, **kwargs):
-        raise CpuBackendRefused("CUDA IPC weight sync needs GPUs: use --vllm.sync_backend gloo on the CPU")
+        raise WeightSyncRefused("CUDA IPC weight sync needs GPUs: use --vllm.sync_backend gloo on the CPU")
 
     for fn, was in ((init_process_group, original_init), (update_weight, WorkerWrap.update_weight),
                     (update_weight_cuda_ipc, WorkerWrap.update_weight_cuda_ipc)):
