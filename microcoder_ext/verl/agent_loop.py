@@ -3,7 +3,7 @@
 verl's ``AgentLoopWorkerTQ.generate_sequences`` builds the sampling params from the worker's *static* copy of the
 config (``verl/trainer/ppo/v1/agent_loop_tq.py``), so a temperature that changes during training cannot reach the
 sampler through ``actor_rollout_ref.rollout.temperature``. The ``microcoder_sync`` trainer therefore puts the step's
-temperature into every prompt batch as the non-tensor field :data:`~microcoder_ext.verl.temperature.TEMPERATURE_FIELD`;
+temperature into every prompt batch as the float64 column :data:`~microcoder_ext.verl.temperature.TEMPERATURE_FIELD`;
 verl hands batch fields to the agent loop as keyword arguments (and stores them with each response in
 TransferQueue), and this loop writes the value into ``sampling_params["temperature"]``:
 

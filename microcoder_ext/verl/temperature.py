@@ -5,7 +5,7 @@ One source of truth: the ``microcoder.temperature`` section (:class:`~microcoder
 temperature ``T_t`` into ``actor_rollout_ref.rollout.temperature`` at the start of every step (and before any
 prompt of that step is submitted), so every place where verl reads that key in the step sees ``T_t``:
 
-* sampling: each prompt batch carries ``T_t`` as the non-tensor field :data:`TEMPERATURE_FIELD`; the agent loop
+* sampling: each prompt batch carries ``T_t`` in the float64 column :data:`TEMPERATURE_FIELD`; the agent loop
   :data:`AGENT_LOOP_NAME` (:mod:`microcoder_ext.verl.agent_loop`) puts it into the sampling params (the agent-loop
   workers hold a static copy of the config, so the key alone would not reach them). Greedy and validation
   requests are untouched (validation keeps ``rollout.val_kwargs.temperature``). verl stores the field with every
@@ -40,7 +40,7 @@ from omegaconf import OmegaConf
 
 from microcoder_ext.core.config import ConfigError, MicrocoderConfig, TemperatureConfig
 
-#: non-tensor prompt-batch field carrying the step temperature to the agent loop (stored with each response in TQ)
+#: prompt-batch float64 column [B] carrying the step temperature to the agent loop (stored with each response in TQ)
 TEMPERATURE_FIELD = "mc_rollout_temperature"
 #: registered agent loop that applies :data:`TEMPERATURE_FIELD` to the sampling params
 AGENT_LOOP_NAME = "microcoder_single_turn"
