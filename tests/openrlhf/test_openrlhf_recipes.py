@@ -1,8 +1,12 @@
 """openrlhf_recipes/train.sh: every MODEL x ALGO cell dry-runs through OpenRLHF 0.11.2's own train_ppo_ray
-(``DRY_RUN=1`` -> ``--mc.dry_run``) in a subprocess, with the OpenRLHF venv's ``python3`` first on PATH (the script runs
-``python3 -m microcoder_ext.openrlhf.train``, like verl_recipes/train.sh runs ``python3 -m verl.trainer.main_ppo``).
+(``DRY_RUN=1`` -> ``--mc.dry_run``): argparse, ``hierarchize`` and its validation, stopped where ``train()`` starts.
 
-One dry run imports OpenRLHF (~10 s on CPU), so the cells run two at a time and every failure is reported together.
+The script ends with ``exec python3 -m microcoder_ext.openrlhf.train ARGS``. One cell runs exactly that in a
+subprocess (with the OpenRLHF venv's ``python3`` first on PATH). For the twelve cells, the script runs with a
+``python3`` first on PATH that records ARGS for ``-m microcoder_ext.openrlhf.train`` and passes every other call
+(the ``-c`` of ``mask_only``) to the real interpreter; each recorded ARGS then goes through the same
+``microcoder_ext.openrlhf.launcher.launch`` in this process (OpenRLHF is imported once, not twelve times: ~12
+CPU-seconds each).
 """
 
 from __future__ import annotations
@@ -11,7 +15,6 @@ import json
 import os
 import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -40,14 +43,43 @@ def data(tmp_path_factory):
     return root
 
 
-def recipe(data: Path, *extra: str, **env: str) -> subprocess.CompletedProcess:
+def recipe(data: Path, *extra: str, python3_dir: Path | None = None, **env: str) -> subprocess.CompletedProcess:
     full = dict(os.environ)
     full.pop("WANDB_API_KEY", None)
-    full.update(PATH=f"{Path(sys.executable).parent}{os.pathsep}{full.get('PATH', '')}",
+    path = [str(python3_dir)] if python3_dir else []
+    full.update(PATH=os.pathsep.join([*path, str(Path(sys.executable).parent), full.get("PATH", "")]),
                 TRAIN=str(data / "train.jsonl"), VAL=str(data / "val.jsonl"), DRY_RUN="1",
                 CKPT_DIR=str(data / "ckpt"), **env)
     return subprocess.run(["bash", str(SCRIPT), *extra], cwd=ROOT, env=full, capture_output=True, text=True,
                           timeout=600)
+
+
+RECORDER = """#!/usr/bin/env bash
+# python3 for openrlhf_recipes/train.sh: records the arguments of `-m microcoder_ext.openrlhf.train`, runs the rest
+if [ "${1:-}" = -m ] && [ "${2:-}" = microcoder_ext.openrlhf.train ]; then
+  shift 2
+  printf '%s\\0' "$@" > "$MC_RECORD"
+  exit 0
+fi
+exec "$MC_REAL_PYTHON" "$@"
+"""
+
+
+@pytest.fixture(scope="module")
+def recorder(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("recorder")
+    (folder / "python3").write_text(RECORDER)
+    (folder / "python3").chmod(0o755)
+    return folder
+
+
+def recorded_args(data: Path, recorder: Path, model: str, algo: str) -> list[str]:
+    """What train.sh execs ``python3 -m microcoder_ext.openrlhf.train`` with, for one cell."""
+    record = data / f"args-{model}-{algo}"
+    proc = recipe(data, python3_dir=recorder, MODEL=model, ALGO=algo, MC_RECORD=str(record),
+                  MC_REAL_PYTHON=str(Path(sys.executable).parent / "python3"))
+    assert proc.returncode == 0, proc.stderr
+    return record.read_text().split("\0")[:-1]
 
 
 def _line(out: str, key: str) -> list[str]:
@@ -59,34 +91,46 @@ def _line(out: str, key: str) -> list[str]:
     raise AssertionError(f"no {key} row in:\n{out}")
 
 
-def check_cell(data: Path, model: str, algo: str) -> str | None:
-    """None if the cell's dry run passes and shows the cell's settings, else what went wrong."""
-    proc = recipe(data, MODEL=model, ALGO=algo)
+def check_cell(data: Path, model: str, algo: str, out: str) -> None:
+    """Assert that a cell's dry-run output shows a passed validation and the cell's settings."""
     path, resp, tp = MODELS[model]
-    try:
-        assert proc.returncode == 0, f"exit {proc.returncode}"
-        out = proc.stdout
-        assert f"train_ppo_ray with --mc.preset {algo}" in out
-        assert _line(out, "--actor.model_name_or_path")[0] == path
-        assert _line(out, "--rollout.max_new_tokens")[0] == str(resp)
-        assert _line(out, "--data.max_len")[0] == str(2048 + resp)
-        assert _line(out, "--vllm.num_engines")[0] == str(8 // tp)
-        assert _line(out, "--vllm.tensor_parallel_size")[0] == str(tp)
-        assert _line(out, "--rollout.batch_size")[0] == "64" and _line(out, "--train.batch_size")[0] == "256"
-        assert _line(out, "--rollout.n_samples_per_prompt")[0] == "8"
-        assert _line(out, "--data.prompt_dataset")[0] == str(data / "train.jsonl")
-        assert _line(out, "--eval.dataset")[0] == str(data / "val.jsonl")
-        assert _line(out, "--reward.remote_url")[0].endswith("microcoder_ext/openrlhf/openrlhf_reward.py")
-        assert "OK: OpenRLHF's argument validation passed" in out
-    except AssertionError as e:
-        return f"MODEL={model} ALGO={algo}: {e}\n--- stdout\n{proc.stdout[-3000:]}\n--- stderr\n{proc.stderr[-3000:]}"
-    return None
+    assert f"train_ppo_ray with --mc.preset {algo}" in out
+    assert _line(out, "--actor.model_name_or_path")[0] == path
+    assert _line(out, "--rollout.max_new_tokens")[0] == str(resp)
+    assert _line(out, "--data.max_len")[0] == str(2048 + resp)
+    assert _line(out, "--vllm.num_engines")[0] == str(8 // tp)
+    assert _line(out, "--vllm.tensor_parallel_size")[0] == str(tp)
+    assert _line(out, "--rollout.batch_size")[0] == "64" and _line(out, "--train.batch_size")[0] == "256"
+    assert _line(out, "--rollout.n_samples_per_prompt")[0] == "8"
+    assert _line(out, "--data.prompt_dataset")[0] == str(data / "train.jsonl")
+    assert _line(out, "--eval.dataset")[0] == str(data / "val.jsonl")
+    assert _line(out, "--reward.remote_url")[0].endswith("microcoder_ext/openrlhf/openrlhf_reward.py")
+    assert "OK: OpenRLHF's argument validation passed" in out
 
 
-def test_every_model_x_algo_cell_dry_runs(data):
-    cells = [(model, algo) for model in MODELS for algo in ALGOS]
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        failures = [f for f in pool.map(lambda cell: check_cell(data, *cell), cells) if f]
+def test_the_script_execs_the_launcher(data):
+    """One cell end to end: the script's own ``exec python3 -m microcoder_ext.openrlhf.train`` in a subprocess."""
+    proc = recipe(data, MODEL="ds_8b", ALGO="mask_only")
+    assert proc.returncode == 0, proc.stderr
+    check_cell(data, "ds_8b", "mask_only", proc.stdout)
+
+
+def test_every_model_x_algo_cell_dry_runs(data, recorder, capsys):
+    from microcoder_ext.openrlhf import launcher
+
+    failures = []
+    for model in MODELS:
+        for algo in ALGOS:
+            args = recorded_args(data, recorder, model, algo)
+            assert args[-1] == "--mc.dry_run", args  # DRY_RUN=1
+            capsys.readouterr()
+            code = launcher.launch(args).code
+            out, err = capsys.readouterr()
+            try:
+                assert code == 0, f"exit {code}"
+                check_cell(data, model, algo, out)
+            except AssertionError as e:
+                failures.append(f"MODEL={model} ALGO={algo}: {e}\n--- stdout\n{out[-3000:]}\n--- stderr\n{err[-3000:]}")
     assert not failures, "\n\n".join(failures)
 
 
