@@ -257,19 +257,38 @@ def test_plus_recipe_override(plans):
 
 
 def doctor(*args: str) -> subprocess.CompletedProcess:
+    """``microcoder doctor ARGS`` as a process (its real exit status)."""
     return subprocess.run([sys.executable, "-m", "microcoder_ext.cli", "doctor", *args],
                           capture_output=True, text=True, timeout=180)
 
 
-def test_cli_exit_codes_and_json():
-    clean = doctor("verl", "microcoder", *LAUNCH, "--strict")
+@pytest.fixture
+def cli(capsys):
+    """``cli(*args) -> CompletedProcess``: ``microcoder doctor ARGS`` through the CLI's ``main`` in this process (the
+    same parser and code path as the console script; one import of verl instead of one per command)."""
+    from microcoder_ext.cli import main
+
+    def run(*args: str) -> subprocess.CompletedProcess:
+        capsys.readouterr()
+        try:
+            code = main(["doctor", *args])
+        except SystemExit as e:  # argparse's usage errors and --help
+            code = e.code if isinstance(e.code, int) else 1
+        out, err = capsys.readouterr()
+        return subprocess.CompletedProcess(["microcoder", "doctor", *args], code, out, err)
+
+    return run
+
+
+def test_cli_exit_codes_and_json(cli):
+    clean = doctor("verl", "microcoder", *LAUNCH, "--strict")  # one real process: its exit status
     assert clean.returncode == 0, clean.stderr
     assert clean.stdout.splitlines()[-1] == "0 error(s), 0 warning(s), 0 info(s): clean"
 
-    warn = doctor("verl", "none", "+recipe=microcoder", *LAUNCH, "data.max_response_length=2048")
+    warn = cli("verl", "none", "+recipe=microcoder", *LAUNCH, "data.max_response_length=2048")
     assert warn.returncode == 0, warn.stderr
     assert any(l.startswith("WARNING  short-response") for l in warn.stdout.splitlines())
-    strict = doctor("--strict", "verl", "microcoder", *LAUNCH, "data.max_response_length=2048", "--json")
+    strict = cli("--strict", "verl", "microcoder", *LAUNCH, "data.max_response_length=2048", "--json")
     assert strict.returncode == 1
     data = json.loads(strict.stdout)
     assert data["exit_status"] == 1 and data["strict"] is True
@@ -277,19 +296,19 @@ def test_cli_exit_codes_and_json():
     assert data["plan"]["framework"] == "verl" and data["plan"]["max_response_length"] == 2048
     assert data["plan"]["mask"]["rho"] == 0.2
 
-    error = doctor("verl", "microcoder", *LAUNCH, f"{A}.rollout.n=1")
+    error = cli("verl", "microcoder", *LAUNCH, f"{A}.rollout.n=1")
     assert error.returncode == 2 and "ERROR    group-size-1" in error.stdout
 
 
-def test_cli_usage_errors_and_help():
-    bad = doctor("verl", "no_such_recipe", "--json")
+def test_cli_usage_errors_and_help(cli):
+    bad = doctor("verl", "no_such_recipe", "--json")  # one real process
     assert bad.returncode == 2 and bad.stdout == "" and "unknown recipe 'no_such_recipe'" in bad.stderr
-    bad = doctor("verl", "microcoder", "not.a.key=1")
+    bad = cli("verl", "microcoder", "not.a.key=1")
     assert bad.returncode == 2 and bad.stdout == "" and "not.a.key" in bad.stderr
-    bad = doctor("verl", "microcoder", "stray")
+    bad = cli("verl", "microcoder", "stray")
     assert bad.returncode == 2 and "key=value" in bad.stderr
-    bad = doctor("tensorflow")
+    bad = cli("tensorflow")
     assert bad.returncode == 2 and "invalid choice" in bad.stderr
     for args in (("--help",), ("verl", "--help")):
-        h = doctor(*args)
+        h = cli(*args)
         assert h.returncode == 0 and "Exit status: 0 clean" in h.stdout and "--strict" in h.stdout
