@@ -5,7 +5,8 @@ One source of truth: the ``microcoder.temperature`` section (:class:`~microcoder
 temperature ``T_t`` into ``actor_rollout_ref.rollout.temperature`` at the start of every step (and before any
 prompt of that step is submitted), so every place where verl reads that key in the step sees ``T_t``:
 
-* sampling: each prompt batch carries ``T_t`` in the float64 column :data:`TEMPERATURE_FIELD`; the agent loop
+* sampling: in modes ``staged`` and ``auto`` each prompt batch carries ``T_t`` in the float64 column
+  :data:`TEMPERATURE_FIELD` (a constant T is the workers' own ``rollout.temperature``); the agent loop
   :data:`AGENT_LOOP_NAME` (:mod:`microcoder_ext.verl.agent_loop`) puts it into the sampling params (the agent-loop
   workers hold a static copy of the config, so the key alone would not reach them). Greedy and validation
   requests are untouched (validation keeps ``rollout.val_kwargs.temperature``). verl stores the field with every

@@ -122,10 +122,12 @@ class MicrocoderSyncTrainer(PPOTrainerSync):
     def _next_train_batch(self, num_prompts: int | None = None):
         batch = super()._next_train_batch(num_prompts)
         t = self._mc_set_temperature(self.global_steps)
-        # a float64 tensor column [B], not a non-tensor field: verl stores every prompt field with each response
-        # in TransferQueue, and a per-row non-tensor field there slowed each actor pass by ~15 % (measured:
-        # docs/benchmarks.md); float64 keeps T exact for the trainer's check
-        batch[mc_temp.TEMPERATURE_FIELD] = torch.full((len(batch),), t, dtype=torch.float64)
+        if self.mc_temperature.config.mode != "constant":
+            # only where T changes: a constant T is the agent-loop workers' own copy of rollout.temperature.
+            # A float64 column [B], not a non-tensor field: verl stores every prompt field with each response in
+            # TransferQueue, and a per-row non-tensor field there slowed each actor pass by ~15 % (measured:
+            # docs/benchmarks.md); float64 keeps T exact for the trainer's check
+            batch[mc_temp.TEMPERATURE_FIELD] = torch.full((len(batch),), t, dtype=torch.float64)
         return batch
 
     # ------------------------------------------------------------------ advantages: mask, then diversity
@@ -156,7 +158,11 @@ class MicrocoderSyncTrainer(PPOTrainerSync):
         uids = _as_list(data["uid"])
         responses = [responses[i] for i in keep]
         uids = [uids[i] for i in keep]
-        if mc_temp.TEMPERATURE_FIELD in set(data.keys()):
+        if self.mc_temperature.config.mode == "constant":
+            # no per-row field (_next_train_batch): the workers sample at their own rollout.temperature, which
+            # check_temperature_config made equal to the constant before any worker started
+            sampled = []
+        elif mc_temp.TEMPERATURE_FIELD in set(data.keys()):
             sampled = [_as_list(data[mc_temp.TEMPERATURE_FIELD])[i] for i in keep]
         else:
             sampled = [None] * len(keep)

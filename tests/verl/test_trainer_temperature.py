@@ -230,6 +230,20 @@ def test_one_temperature_for_sampling_and_every_log_prob_call(local_tq, monkeypa
     assert any(k.startswith("training/rollout_probs_diff") for k in metrics), sorted(metrics)
 
 
+def test_a_constant_temperature_adds_no_field_to_the_batch(local_tq, monkeypatch, caplog):
+    """Mode constant: no per-row field travels with the prompts (verl stores every prompt field with each response;
+    the workers' own rollout.temperature is the constant), the workers sample at it, nothing is reported unverified."""
+    mc = _fresh(_trainer("microcoder.temperature.value=0.8"))
+    sampled, metrics = _run_step(mc, 3, monkeypatch)
+    assert sampled == [0.8] * PROMPTS
+    mc.global_steps, mc.train_dataloader_it = 4, iter([_prompt_batch(4)])
+    assert TEMPERATURE_FIELD not in mc._next_train_batch().keys()
+    assert [info["temperature"] for _, info in mc.actor_rollout_wg.calls] == [0.8] * 3
+    assert metrics["microcoder/temperature"] == 0.8
+    assert metrics["microcoder/temperature_unverified_frac"] == 0.0
+    assert "carry no" not in caplog.text
+
+
 def test_validation_and_greedy_requests_are_untouched(local_tq, monkeypatch):
     from microcoder_ext.verl.agent_loop import apply_step_temperature
 
