@@ -45,7 +45,7 @@ lanes_of() {
 lane_files() {
   case "$1" in
     verl-launches) echo "$VERL_LAUNCHES" ;;
-    verl) echo "tests/core tests/smoke tests/reward tests/verl tests/data tests/eval tests/docs/test_docs.py" \
+    verl) echo "tests/core tests/smoke tests/reward tests/verl tests/data tests/eval tests/demo tests/docs/test_docs.py" \
                "--ignore=tests/verl/test_smoke_e2e.py" "--ignore=${VERL_HOST// / --ignore=}" ;;
     verl-host) echo "$VERL_HOST" ;;
     # the reward engine's own tests (tests/reward) run in the verl suite; flash_attn is stubbed by

@@ -16,6 +16,7 @@ runs ``microcoder ARGS`` (``accelerate launch -m microcoder_ext.cli train ...`` 
   microcoder train ...                         MicroCoder-GRPO through Hugging Face TRL (GRPOTrainer)
   microcoder doctor verl|openrlhf|trl ...      check a launch configuration against the paper's insights
   microcoder smoke verl|openrlhf|trl ...       a few real training steps of a launch on the local CPU
+  microcoder demo [--recipe NAME] [--seed N]   verl main_ppo +recipe=microcoder training a tiny model on the CPU
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "train": ("microcoder_ext.cli.train", "MicroCoder-GRPO with Hugging Face TRL (one GPU, LoRA, or CPU)"),
     "doctor": ("microcoder_ext.cli.doctor", "check a verl / OpenRLHF / TRL launch against the paper's insights"),
     "smoke": ("microcoder_ext.cli.smoke", "run a few real training steps of a verl / OpenRLHF / TRL launch on the CPU"),
+    "demo": ("microcoder_ext.cli.demo", "train a tiny model with verl main_ppo +recipe=microcoder on this CPU"),
 }
 
 

@@ -46,6 +46,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--steps", type=int, default=d.steps, help="training steps (default %(default)s)")
     parser.add_argument("--rows", type=int, default=d.rows,
                         help="rows taken from each of the launch's data files (default %(default)s)")
+    parser.add_argument("--val-rows", type=int, default=None,
+                        help="rows taken from the launch's validation file (default: a quarter of --rows)")
     parser.add_argument("--prompts", type=int, default=d.prompts,
                         help="prompts per step: the launch's batch is scaled down to this (default %(default)s)")
     parser.add_argument("--max-samples", type=int, default=d.max_samples,
@@ -76,7 +78,7 @@ def default_timeout(steps: int) -> float:
 
 def options(args: argparse.Namespace) -> SmokeOptions:
     timeout = default_timeout(args.steps) if args.timeout is None else (args.timeout or None)
-    return SmokeOptions(steps=args.steps, rows=args.rows, prompts=args.prompts, max_samples=args.max_samples,
+    return SmokeOptions(steps=args.steps, rows=args.rows, val_rows=args.val_rows, prompts=args.prompts, max_samples=args.max_samples,
                         response_length=args.response_length, gpus=args.gpus, warm_start=args.warm_start,
                         workdir=args.workdir, json=args.json, verbose=args.verbose, timeout=timeout)
 

@@ -317,8 +317,8 @@ def plan(launch: Sequence[str], opts: SmokeOptions, work: Path) -> OpenRLHFSmoke
     f.set("--data.prompt_split", "train", quiet=True)
     val = None
     if f.get("eval.dataset"):
-        val = openrlhf_data(_datasets(f.get("eval.dataset")), work / "data" / "eval.jsonl", max(1, opts.rows // 4),
-                            "test")
+        val = openrlhf_data(_datasets(f.get("eval.dataset")), work / "data" / "eval.jsonl",
+                            opts.val_rows or max(1, opts.rows // 4), "test")
         f.set("--eval.dataset", val.path, "eval data", val.source, show=val.path)
         f.set("--eval.split", "train", quiet=True)
     input_key, label_key = f.get("data.input_key", "input"), f.get("data.label_key")

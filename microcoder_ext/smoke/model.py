@@ -47,6 +47,7 @@ class TinyModel:
     warm_start_loss: list = field(default_factory=list)  #: [first, last]
     changes: list = field(default_factory=list)  #: config fields changed by the shrink
     cached: bool = False
+    demonstrations: str = ""  #: what the warm start trained on (:data:`DEMONSTRATIONS`), "" without one
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -78,11 +79,34 @@ def _family_from_name(model: str | None) -> str:
     return "qwen3" if model and "qwen3" in model.lower() else "qwen2"
 
 
-def _bundled_examples():
+#: the warm start's demonstrations: the references of the bundled train problems, or the demo's mix of each
+#: reference with a plausible wrong solution (:func:`microcoder_ext.demo.task.demonstrations`)
+DEMONSTRATIONS = ("reference", "mixed")
+
+
+def _bundled_examples(kind: str = "reference", seed: int = 0):
     from microcoder_ext.smoke.data import answer, bundled_problems, messages
 
     problems = bundled_problems("train")
+    if kind == "mixed":
+        from microcoder_ext.demo.task import demonstrations
+
+        return problems, demonstrations(problems, seed=seed)
+    if kind != "reference":
+        raise ValueError(f"unknown demonstrations {kind!r}; one of {DEMONSTRATIONS}")
     return problems, [(messages(p), answer(p)) for p in problems]
+
+
+def built_here(model: str | None) -> TinyModel | None:
+    """The model's record if ``model`` is a directory that :func:`prepare_model` built (used as is, never rebuilt)."""
+    if not model:
+        return None
+    meta = Path(os.path.expanduser(model)) / META_FILE
+    if not meta.is_file():
+        return None
+    info = TinyModel(**json.loads(meta.read_text()))
+    info.path, info.cached = str(meta.parent.resolve()), True
+    return info
 
 
 def _digest(*parts) -> str:
@@ -99,18 +123,30 @@ def _file_digest(path: str | None) -> str | None:
 
 
 def prepare_model(model: str | None, *, shape: tiny.TinyShape = DEFAULT_SHAPE, warm_steps: int = 150,
-                  seed: int = 0, cache: bool = True, out_dir: str | os.PathLike | None = None) -> TinyModel:
-    """Build (or reuse from the cache) the tiny model for a smoke run of ``model`` (a path or hub id, or None)."""
+                  seed: int = 0, cache: bool = True, out_dir: str | os.PathLike | None = None,
+                  demonstrations: str = "reference", warm_lr: float = 3e-3, family: str | None = None) -> TinyModel:
+    """Build (or reuse from the cache) the tiny model for a smoke run of ``model`` (a path or hub id, or None).
+
+    A directory this function built before (it holds :data:`META_FILE`) is used as is. ``demonstrations``: what
+    the warm start trains on (:data:`DEMONSTRATIONS`); ``family``: of the built-in model when there is no local
+    ``config.json`` (default: from the name, :data:`microcoder_ext.tiny.FAMILIES`)."""
     import transformers
 
+    mine = built_here(model)
+    if mine is not None:
+        mine.config_source = f"a tiny model built by microcoder-ext ({mine.config_source}), used as is"
+        return mine
     config_file = _local_file(model, "config.json")
     tok_files = [f for f in _TOKENIZER_FILES if _local_file(model, f)]
-    problems, examples = _bundled_examples()
+    problems, examples = _bundled_examples(demonstrations, seed)
+    extra_key = [] if (demonstrations, warm_lr, family) == ("reference", 3e-3, None) else [demonstrations, warm_lr,
+                                                                                           family]
     key = _digest(BUILD_VERSION, model, _file_digest(config_file),
                   [_file_digest(_local_file(model, f)) for f in tok_files], asdict(shape), warm_steps, seed,
-                  transformers.__version__)
+                  transformers.__version__, *extra_key)
     if out_dir is not None:
-        return _build(model, Path(out_dir), shape, warm_steps, seed, problems, examples, config_file, tok_files)
+        return _build(model, Path(out_dir), shape, warm_steps, seed, problems, examples, config_file, tok_files,
+                      warm_lr, demonstrations, family)
     target = cache_root() / key
     target.parent.mkdir(parents=True, exist_ok=True)
     # one builder per cache entry: runs that start together (concurrent test lanes, several smokes) wait for it
@@ -121,10 +157,12 @@ def prepare_model(model: str | None, *, shape: tiny.TinyShape = DEFAULT_SHAPE, w
             info = TinyModel(**json.loads(meta_file.read_text()))
             info.path, info.cached = str(target), True
             return info
-        return _build(model, target, shape, warm_steps, seed, problems, examples, config_file, tok_files)
+        return _build(model, target, shape, warm_steps, seed, problems, examples, config_file, tok_files,
+                      warm_lr, demonstrations, family)
 
 
-def _build(model, target: Path, shape, warm_steps, seed, problems, examples, config_file, tok_files) -> TinyModel:
+def _build(model, target: Path, shape, warm_steps, seed, problems, examples, config_file, tok_files,
+           warm_lr: float = 3e-3, demonstrations: str = "reference", family: str | None = None) -> TinyModel:
     """Build the tiny model into ``target`` (replaced whole, through a temporary sibling directory)."""
     from transformers import AutoConfig, AutoTokenizer
 
@@ -151,7 +189,7 @@ def _build(model, target: Path, shape, warm_steps, seed, problems, examples, con
             config.eos_token_id, config.pad_token_id, config.bos_token_id = (tokenizer.eos_token_id,
                                                                              tokenizer.pad_token_id, None)
     else:
-        family = _family_from_name(model)
+        family = family or _family_from_name(model)
         config = tiny.tiny_config(family, tokenizer, shape)
         config_source = (f"built-in tiny {family} (no local config.json for {model})" if model
                          else f"built-in tiny {family}")
@@ -159,7 +197,8 @@ def _build(model, target: Path, shape, warm_steps, seed, problems, examples, con
     losses: list[float] = []
     if warm_steps > 0:
         batch = max(1, min(16, 6_400_000 // max(vocab, 1)))  # logits of batch x ~150 tokens x vocab stay small
-        losses = tiny.warm_start(built, tokenizer, examples, steps=warm_steps, batch_size=batch, lr=3e-3, seed=seed)
+        losses = tiny.warm_start(built, tokenizer, examples, steps=warm_steps, batch_size=batch, lr=warm_lr,
+                                 seed=seed)
     tmp = target.with_name(target.name + f".tmp{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     built.save_pretrained(tmp)
@@ -167,7 +206,8 @@ def _build(model, target: Path, shape, warm_steps, seed, problems, examples, con
     info = TinyModel(path=str(target), family=config.model_type, architecture=type(built).__name__,
                      config_source=config_source, tokenizer_source=tokenizer_source, parameters=tiny.n_params(built),
                      vocab_size=vocab, warm_start_steps=warm_steps if losses else 0,
-                     warm_start_loss=[round(losses[0], 4), round(losses[-1], 4)] if losses else [], changes=changes)
+                     warm_start_loss=[round(losses[0], 4), round(losses[-1], 4)] if losses else [], changes=changes,
+                     demonstrations=demonstrations if losses else "")
     (tmp / META_FILE).write_text(json.dumps(info.to_dict(), indent=1))
     if target.exists():
         shutil.rmtree(target, ignore_errors=True)

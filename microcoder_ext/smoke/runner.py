@@ -28,6 +28,7 @@ class SmokeOptions:
 
     steps: int = 3
     rows: int = 16  #: data rows taken from each of the launch's files
+    val_rows: int | None = None  #: rows of the validation file (None: rows // 4)
     prompts: int = 4  #: prompts per step (the launch's batch, scaled down)
     max_samples: int = 8  #: cap on the group size (samples per prompt)
     response_length: int = 32  #: cap on the response budget, tokens
@@ -44,6 +45,9 @@ class SmokeOptions:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise SmokeUsageError(f"--{name.replace('_', '-')} must be an integer >= 1, got {value!r}")
+        if self.val_rows is not None and (isinstance(self.val_rows, bool) or not isinstance(self.val_rows, int)
+                                          or self.val_rows < 1):
+            raise SmokeUsageError(f"--val-rows must be an integer >= 1, got {self.val_rows!r}")
         if isinstance(self.warm_start, bool) or not isinstance(self.warm_start, int) or self.warm_start < 0:
             raise SmokeUsageError(f"--warm-start must be an integer >= 0, got {self.warm_start!r}")
 

@@ -160,7 +160,8 @@ def plan(overrides: Sequence[str], opts: SmokeOptions, work: Path) -> VerlSmokeP
         r.set(f"{A}.model.tokenizer_path", None, "tokenizer path", "the tiny model's own tokenizer")
 
     train = verl_data(r.get("data.train_files"), work / "data" / "train.parquet", opts.rows, "train")
-    val = verl_data(r.get("data.val_files"), work / "data" / "val.parquet", max(1, opts.rows // 4), "test")
+    val = verl_data(r.get("data.val_files"), work / "data" / "val.parquet", opts.val_rows or max(1, opts.rows // 4),
+                    "test")
     r.set("data.train_files", train.path, "train data", train.source, show=train.path)
     r.set("data.val_files", val.path, "val data", val.source, show=val.path)
 

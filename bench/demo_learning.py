@@ -1,0 +1,118 @@
+"""Does the demo learn, on every seed? ``microcoder demo`` (verl's own ``main_ppo``, real vLLM) over seeds, with
+``+recipe=microcoder`` and ``+recipe=grpo_baseline`` side by side, and the TRL quickstart on the same task.
+
+    bash compat/in_venv.sh verl python bench/demo_learning.py                      # seeds 0-4, both recipes
+    bash compat/in_venv.sh verl python bench/demo_learning.py --seeds 0,1 --recipes microcoder --json out.json
+    bash compat/in_venv.sh trl python bench/demo_learning.py --trl                 # the TRL quickstart, seeds 0-4
+
+Per run: the held-back pass rate before RL (verl's validation at step 0, after the warm start) and after the last
+step, and the training reward (mean of the first ten steps and of the last ten). The learning bar of the demo
+(issue 23): held-back change >= +0.20 on average and >= +0.10 on every seed, training reward +0.15. Every run is
+a full, separate process (``microcoder demo`` / ``python -m microcoder_ext.trl.quickstart``); nothing is tuned per
+recipe. Each verl run takes ~5-7 minutes on 2 cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+BAR = {"heldout_mean": 0.20, "heldout_each": 0.10, "reward": 0.15}
+
+
+def run_verl(recipe: str, seed: int, work: Path, extra: list[str]) -> dict:
+    out = work / f"{recipe}_seed{seed}"
+    cmd = [sys.executable, "-m", "microcoder_ext.cli", "demo", "--recipe", recipe, "--seed", str(seed),
+           "--output-dir", str(out), *extra]
+    t0 = time.monotonic()
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    report = out / "report.json"
+    if proc.returncode != 0 or not report.is_file():
+        return {"ok": False, "error": (proc.stdout + proc.stderr)[-2000:], "wall_s": time.monotonic() - t0}
+    data = json.loads(report.read_text())
+    return {"ok": data["ok"], "wall_s": data["wall_s"], **data["summary"]}
+
+
+def run_trl(seed: int, work: Path, extra: list[str]) -> dict:
+    out = work / f"trl_seed{seed}"
+    cmd = [sys.executable, "-m", "microcoder_ext.trl.quickstart", "--seed", str(seed), "--output-dir", str(out),
+           "--no-progress", *extra]
+    t0 = time.monotonic()
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    report = out / "report.json"
+    if proc.returncode != 0 or not report.is_file():
+        return {"ok": False, "error": (proc.stdout + proc.stderr)[-2000:], "wall_s": time.monotonic() - t0}
+    from microcoder_ext.demo.summary import summarize
+
+    data = json.loads(report.read_text())
+    held = data["pass_rate_heldout"]
+    summary = summarize([{"reward": r.get("reward")} for r in data["steps"]],
+                        [{"step": 0, "pass_rate": held["before_grpo"]},
+                         {"step": data["settings"]["steps"], "pass_rate": held["after_grpo"]}])
+    return {"ok": True, "wall_s": round(time.monotonic() - t0, 1), **summary}
+
+
+def verdict(rows: list[dict]) -> dict:
+    """The bar over a recipe's seeds."""
+    held = [r["heldout_change"] for r in rows if r.get("heldout_change") is not None]
+    rew = [r["reward_change"] for r in rows if r.get("reward_change") is not None]
+    out = {"seeds": len(rows), "ok_runs": sum(bool(r.get("ok")) for r in rows)}
+    if held:
+        out.update(heldout_mean=round(statistics.fmean(held), 4), heldout_min=round(min(held), 4),
+                   heldout_sd=round(statistics.pstdev(held), 4))
+    if rew:
+        out.update(reward_mean=round(statistics.fmean(rew), 4), reward_min=round(min(rew), 4))
+    out["meets_bar"] = bool(held and rew and len(held) == len(rows) and out["heldout_mean"] >= BAR["heldout_mean"]
+                            and out["heldout_min"] >= BAR["heldout_each"] and out["reward_mean"] >= BAR["reward"])
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--seeds", default="0,1,2,3,4")
+    ap.add_argument("--recipes", default="microcoder,grpo_baseline", help="verl recipes (ignored with --trl)")
+    ap.add_argument("--trl", action="store_true", help="run the TRL quickstart instead (in the TRL venv)")
+    ap.add_argument("--workdir", help="keep every run's output here (default: a temporary directory)")
+    ap.add_argument("--json", help="write the results here")
+    ap.add_argument("extra", nargs="*", help="more options for each run (after --)")
+    args = ap.parse_args(argv)
+    seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
+    work = Path(args.workdir or tempfile.mkdtemp(prefix="microcoder-demo-bench-"))
+    work.mkdir(parents=True, exist_ok=True)
+    results: dict[str, list[dict]] = {}
+    names = ["trl"] if args.trl else [r for r in args.recipes.split(",") if r]
+    for seed in seeds:  # seeds outermost: the recipes of one seed run back to back, on the same machine state
+        for name in names:
+            print(f"{name} seed {seed} ...", flush=True)
+            row = run_trl(seed, work, args.extra) if args.trl else run_verl(name, seed, work, args.extra)
+            row["seed"] = seed
+            results.setdefault(name, []).append(row)
+            print("  " + json.dumps(row), flush=True)
+    print()
+    print(f"{'run':<16} {'seed':>4} {'held-back before':>16} {'after':>7} {'change':>8} {'reward first':>12} "
+          f"{'last':>6} {'change':>8} {'wall s':>7}")
+    for name, rows in results.items():
+        for r in rows:
+            def f(k, spec=".3f"):
+                v = r.get(k)
+                return "-" if v is None else format(v, spec)
+            print(f"{name:<16} {r['seed']:>4} {f('heldout_before'):>16} {f('heldout_after'):>7} "
+                  f"{f('heldout_change', '+.3f'):>8} {f('reward_first'):>12} {f('reward_last'):>6} "
+                  f"{f('reward_change', '+.3f'):>8} {f('wall_s', '.0f'):>7}")
+    summary = {name: verdict(rows) for name, rows in results.items()}
+    print()
+    for name, v in summary.items():
+        print(f"{name}: {json.dumps(v)}")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"bar": BAR, "results": results, "summary": summary}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
