@@ -84,6 +84,7 @@ for suite in $SUITES; do
   ( py=$(ensure_venv "$suite") && echo "$py" >"$LOGS/$suite.python" ) 2>"$LOGS/$suite.venv.log" &
   BUILD_OF_PID[$!]=$suite
 done
+BUILD_T0=$SECONDS
 log "${#lanes[@]} lane(s), up to $TEST_JOBS at once, then ${#solo[@]} alone; live logs in $LOGS/<lane>.log"
 
 built() {  # PID RC: a venv build ended
@@ -120,27 +121,46 @@ start_lane() {  # SUITE LANE [PYTEST ARGS...]: in the background
   log "lane $lane started ($suite venv): $(lane_files "$lane")"
 }
 
-wait_any() {  # the next venv build or lane to end
-  local done_pid rc
-  set +e; wait -n -p done_pid "${!BUILD_OF_PID[@]}" "${!LANE_OF_PID[@]}"; rc=$?; set -e
-  if [ -n "${BUILD_OF_PID[$done_pid]:-}" ]; then built "$done_pid" "$rc"; else finish "$done_pid" "$rc"; fi
+wait_any() {  # [TIMEOUT]: the next venv build or lane to end (or nothing after TIMEOUT seconds). Polled: bash's
+  # `wait -n` misses a job that ended before it was called (5.2: "no such job"), while `wait PID` still has its status
+  local limit=${1:-0} t=0 pid rc running
+  while :; do
+    running=" $(jobs -rp | tr '\n' ' ') "
+    for pid in "${!BUILD_OF_PID[@]}" "${!LANE_OF_PID[@]}"; do
+      case "$running" in
+        *" $pid "*) ;;
+        *) set +e; wait "$pid"; rc=$?; set -e
+           if [ -n "${BUILD_OF_PID[$pid]:-}" ]; then built "$pid" "$rc"; else finish "$pid" "$rc"; fi
+           return ;;
+      esac
+    done
+    if [ "$limit" -gt 0 ] && [ "$t" -ge "$limit" ]; then return; fi
+    sleep 1; t=$((t + 1))
+  done
 }
 
-# 2. the lanes, up to TEST_JOBS at once (in order, each once its venv is ready), then the solo lanes one by one
+# 2. the lanes, up to TEST_JOBS at once, then the solo lanes one by one. Lanes start in their order (the longest
+# first); a later lane takes a free slot ahead of an earlier one only while the earlier one's venv is being built
+# (a check of a cached venv takes seconds; a build, minutes)
 pending=("${lanes[@]}")
 while [ "${#pending[@]}" -gt 0 ] || [ "${#LANE_OF_PID[@]}" -gt 0 ] || [ "${#BUILD_OF_PID[@]}" -gt 0 ]; do
-  rest=()
+  rest=() held=0
   for entry in "${pending[@]}"; do
     suite=${entry%%:*}
     case "${READY[$suite]:-}" in
-      1) if [ "${#LANE_OF_PID[@]}" -lt "$TEST_JOBS" ]; then start_lane "$suite" "${entry#*:}" "$@"; else rest+=("$entry"); fi ;;
+      1) if [ "${#LANE_OF_PID[@]}" -lt "$TEST_JOBS" ] && [ "$held" -eq 0 ]; then start_lane "$suite" "${entry#*:}" "$@"
+         else rest+=("$entry"); fi ;;
       0) ;;  # its venv failed: reported above
-      *) rest+=("$entry") ;;
+      *) rest+=("$entry"); if [ $((SECONDS - BUILD_T0)) -lt 60 ]; then held=1; fi ;;
     esac
   done
   pending=("${rest[@]}")
   if [ "${#LANE_OF_PID[@]}" -eq 0 ] && [ "${#BUILD_OF_PID[@]}" -eq 0 ]; then break; fi
-  wait_any
+  if [ "$held" -eq 1 ] && [ "${#BUILD_OF_PID[@]}" -gt 0 ]; then
+    wait_any 5  # an earlier lane's venv is still being checked: look again in a few seconds
+  else
+    wait_any
+  fi
 done
 for entry in "${solo[@]}"; do
   if [ "${READY[${entry%%:*}]:-}" = 1 ]; then start_lane "${entry%%:*}" "${entry#*:}" "$@"; wait_any; fi
