@@ -65,6 +65,7 @@ describe() {  # SUITE PYTHON -> one line naming the framework release the suite 
 
 LOGS=${TEST_LOGS:-$(mktemp -d "${TMPDIR:-/tmp}/microcoder-tests.XXXXXX")}
 mkdir -p "$LOGS"
+unset TEST_LOGS  # a run_all.sh that a test starts (tests/docs) gets a directory of its own
 start=$SECONDS
 status=0
 collected=0
@@ -115,8 +116,7 @@ finish() {  # PID RC: print a finished lane's log and fold its exit code into th
 start_lane() {  # SUITE LANE [PYTEST ARGS...]: in the background
   local suite=$1 lane=$2; shift 2
   # shellcheck disable=SC2046  # lane_files is a word list
-  (cd "$ROOT" && MC_TEST_CPU="$LOGS/$lane.cpu.jsonl" exec "${PY[$suite]}" -m pytest --durations=20 $(lane_files "$lane") "$@") \
-    >"$LOGS/$lane.log" 2>&1 &
+  (cd "$ROOT" && exec "${PY[$suite]}" -m pytest --durations=20 $(lane_files "$lane") "$@") >"$LOGS/$lane.log" 2>&1 &
   LANE_OF_PID[$!]=$lane; LANE_T0[$lane]=$SECONDS
   log "lane $lane started ($suite venv): $(lane_files "$lane")"
 }
@@ -165,26 +165,6 @@ done
 for entry in "${solo[@]}"; do
   if [ "${READY[${entry%%:*}]:-}" = 1 ]; then start_lane "${entry%%:*}" "${entry#*:}" "$@"; wait_any; fi
 done
-
-cpu_summary() {  # the CPU time of each lane and the costliest tests (tests/conftest.py writes <lane>.cpu.jsonl)
-  python3 - "$LOGS" <<'PY'
-import json, sys
-from pathlib import Path
-rows = []
-for f in sorted(Path(sys.argv[1]).glob("*.cpu.jsonl")):
-    lane = f.name[: -len(".cpu.jsonl")]
-    rows += [dict(json.loads(line), lane=lane) for line in f.read_text().splitlines() if line.strip()]
-if rows:
-    lanes = {}
-    for r in rows:
-        lanes[r["lane"]] = lanes.get(r["lane"], 0) + r["cpu_s"]
-    print(f"CPU time of the tests: {sum(lanes.values()) / 60:.1f} min ("
-          + ", ".join(f"{k} {v / 60:.1f}" for k, v in sorted(lanes.items(), key=lambda kv: -kv[1])) + "); costliest:")
-    for r in sorted(rows, key=lambda r: -r["cpu_s"])[:15]:
-        print(f"  {r['cpu_s']:7.1f} s CPU {r['wall_s']:7.1f} s wall  {r['nodeid']}")
-PY
-}
-cpu_summary || true
 
 if [ "$collected" -eq 0 ]; then echo "run_all: pytest collected no tests in any lane: failing" >&2; status=1; fi
 log "run_all: exit $status after $((SECONDS - start)) s"
