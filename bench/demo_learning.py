@@ -26,36 +26,34 @@ from pathlib import Path
 BAR = {"heldout_mean": 0.20, "heldout_each": 0.10, "reward": 0.15}
 
 
-def run_verl(recipe: str, seed: int, work: Path, extra: list[str]) -> dict:
-    out = work / f"{recipe}_seed{seed}"
-    cmd = [sys.executable, "-m", "microcoder_ext.cli", "demo", "--recipe", recipe, "--seed", str(seed),
-           "--output-dir", str(out), *extra]
+def _run(cmd: list[str], out: Path) -> tuple[dict | None, dict]:
+    """Run one demo process; (its report.json, or None if it failed; the row so far: ok, wall_s, error)."""
     t0 = time.monotonic()
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    proc = subprocess.run([*cmd, "--output-dir", str(out)], capture_output=True, text=True)
     report = out / "report.json"
+    row = {"wall_s": round(time.monotonic() - t0, 1)}
     if proc.returncode != 0 or not report.is_file():
-        return {"ok": False, "error": (proc.stdout + proc.stderr)[-2000:], "wall_s": time.monotonic() - t0}
-    data = json.loads(report.read_text())
-    return {"ok": data["ok"], "wall_s": data["wall_s"], **data["summary"]}
+        return None, {**row, "ok": False, "error": (proc.stdout + proc.stderr)[-2000:]}
+    return json.loads(report.read_text()), {**row, "ok": True}
+
+
+def run_verl(recipe: str, seed: int, work: Path, extra: list[str]) -> dict:
+    data, row = _run([sys.executable, "-m", "microcoder_ext.cli", "demo", "--recipe", recipe, "--seed", str(seed),
+                      *extra], work / f"{recipe}_seed{seed}")
+    return row if data is None else {"ok": data["ok"], "wall_s": data["wall_s"], **data["summary"]}
 
 
 def run_trl(seed: int, work: Path, extra: list[str]) -> dict:
-    out = work / f"trl_seed{seed}"
-    cmd = [sys.executable, "-m", "microcoder_ext.trl.quickstart", "--seed", str(seed), "--output-dir", str(out),
-           "--no-progress", *extra]
-    t0 = time.monotonic()
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    report = out / "report.json"
-    if proc.returncode != 0 or not report.is_file():
-        return {"ok": False, "error": (proc.stdout + proc.stderr)[-2000:], "wall_s": time.monotonic() - t0}
     from microcoder_ext.demo.summary import summarize
 
-    data = json.loads(report.read_text())
+    data, row = _run([sys.executable, "-m", "microcoder_ext.trl.quickstart", "--seed", str(seed), "--no-progress",
+                      *extra], work / f"trl_seed{seed}")
+    if data is None:
+        return row
     held = data["pass_rate_heldout"]
-    summary = summarize([{"reward": r.get("reward")} for r in data["steps"]],
-                        [{"step": 0, "pass_rate": held["before_grpo"]},
-                         {"step": data["settings"]["steps"], "pass_rate": held["after_grpo"]}])
-    return {"ok": True, "wall_s": round(time.monotonic() - t0, 1), **summary}
+    return {**row, **summarize([{"reward": r.get("reward")} for r in data["steps"]],
+                               [{"step": 0, "pass_rate": held["before_grpo"]},
+                                {"step": data["settings"]["steps"], "pass_rate": held["after_grpo"]}])}
 
 
 def verdict(rows: list[dict]) -> dict:

@@ -156,11 +156,7 @@ while [ "${#pending[@]}" -gt 0 ] || [ "${#LANE_OF_PID[@]}" -gt 0 ] || [ "${#BUIL
   done
   pending=("${rest[@]}")
   if [ "${#LANE_OF_PID[@]}" -eq 0 ] && [ "${#BUILD_OF_PID[@]}" -eq 0 ]; then break; fi
-  if [ "$held" -eq 1 ] && [ "${#BUILD_OF_PID[@]}" -gt 0 ]; then
-    wait_any 5  # an earlier lane's venv is still being checked: look again in a few seconds
-  else
-    wait_any
-  fi
+  wait_any $((5 * held))  # held: an earlier lane's venv is still being checked, look again in 5 s
 done
 for entry in "${solo[@]}"; do
   if [ "${READY[${entry%%:*}]:-}" = 1 ]; then start_lane "${entry%%:*}" "${entry#*:}" "$@"; wait_any; fi

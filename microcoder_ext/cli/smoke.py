@@ -78,8 +78,8 @@ def default_timeout(steps: int) -> float:
 
 def options(args: argparse.Namespace) -> SmokeOptions:
     timeout = default_timeout(args.steps) if args.timeout is None else (args.timeout or None)
-    return SmokeOptions(steps=args.steps, rows=args.rows, val_rows=args.val_rows, prompts=args.prompts, max_samples=args.max_samples,
-                        response_length=args.response_length, gpus=args.gpus, warm_start=args.warm_start,
+    return SmokeOptions(steps=args.steps, rows=args.rows, val_rows=args.val_rows, prompts=args.prompts,
+                        max_samples=args.max_samples, response_length=args.response_length, gpus=args.gpus, warm_start=args.warm_start,
                         workdir=args.workdir, json=args.json, verbose=args.verbose, timeout=timeout)
 
 

@@ -64,14 +64,12 @@ class DemoSettings:
     verbose: bool = False
 
     def __post_init__(self):
+        from microcoder_ext.smoke.runner import require_ints
+
         if self.recipe not in RECIPES:
             raise ValueError(f"unknown recipe {self.recipe!r}; one of {', '.join(RECIPES)}")
-        for name in ("steps", "test_freq", "prompts", "samples", "response_length", "val_samples", "threads"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"--{name.replace('_', '-')} must be an integer >= 1, got {value!r}")
-        if not (isinstance(self.warm_steps, int) and self.warm_steps >= 0):
-            raise ValueError(f"--warm-steps must be an integer >= 0, got {self.warm_steps!r}")
+        require_ints(self, ("steps", "test_freq", "prompts", "samples", "response_length", "val_samples", "threads"))
+        require_ints(self, ("warm_steps",), minimum=0)
         if not (self.lr > 0 and math.isfinite(self.lr)):
             raise ValueError(f"--lr must be a positive number, got {self.lr!r}")
 
@@ -158,7 +156,8 @@ def _fmt(value, spec: str = ".3f") -> str:
 
 def run(s: DemoSettings, say: Callable[[str], None] = print) -> DemoReport:
     """Build, launch, report; writes ``report.json`` and ``curves.png`` into ``s.output_dir``."""
-    from microcoder_ext.smoke.data import bundled_problems, _write_parquet
+    from microcoder_ext.data.writers import write_verl_parquet
+    from microcoder_ext.smoke.data import bundled_problems
     from microcoder_ext.smoke.model import prepare_model
     from microcoder_ext.smoke.runner import SmokeOptions
     from microcoder_ext.verl import smoke as verl_smoke
@@ -170,11 +169,9 @@ def run(s: DemoSettings, say: Callable[[str], None] = print) -> DemoReport:
         f"(output {out})")
     say(f"  model: tiny Qwen3, warm start {s.warm_steps} steps on mixed demonstrations (cached after the first run)")
     model = prepare_model(None, family="qwen3", demonstrations="mixed", warm_steps=s.warm_steps, seed=s.seed)
-    train = out / "data" / "train.parquet"
-    val = out / "data" / "heldout.parquet"
     train_problems, held = bundled_problems("train"), bundled_problems("heldout")
-    _write_parquet([p.to_verl_row(i, "train") for i, p in enumerate(train_problems)], train)
-    _write_parquet([p.to_verl_row(i, "test") for i, p in enumerate(held)], val)
+    train = write_verl_parquet(train_problems, out / "data" / "train.parquet", "train")
+    val = write_verl_parquet(held, out / "data" / "heldout.parquet", "test")
 
     work = out / "run"
     opts = SmokeOptions(steps=s.steps, rows=len(train_problems), val_rows=len(held), prompts=s.prompts,

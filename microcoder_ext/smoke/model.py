@@ -97,16 +97,19 @@ def _bundled_examples(kind: str = "reference", seed: int = 0):
     return problems, [(messages(p), answer(p)) for p in problems]
 
 
-def built_here(model: str | None) -> TinyModel | None:
-    """The model's record if ``model`` is a directory that :func:`prepare_model` built (used as is, never rebuilt)."""
-    if not model:
-        return None
-    meta = Path(os.path.expanduser(model)) / META_FILE
+def _built_record(folder: Path) -> TinyModel | None:
+    """The record of the model :func:`prepare_model` built in ``folder`` (``path`` = ``folder``), else None."""
+    meta = folder / META_FILE
     if not meta.is_file():
         return None
     info = TinyModel(**json.loads(meta.read_text()))
-    info.path, info.cached = str(meta.parent.resolve()), True
+    info.path, info.cached = str(folder), True
     return info
+
+
+def built_here(model: str | None) -> TinyModel | None:
+    """The model's record if ``model`` is a directory that :func:`prepare_model` built (used as is, never rebuilt)."""
+    return _built_record(Path(os.path.expanduser(model)).resolve()) if model else None
 
 
 def _digest(*parts) -> str:
@@ -152,11 +155,9 @@ def prepare_model(model: str | None, *, shape: tiny.TinyShape = DEFAULT_SHAPE, w
     # one builder per cache entry: runs that start together (concurrent test lanes, several smokes) wait for it
     with open(target.with_name(key + ".lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        meta_file = target / META_FILE
-        if cache and meta_file.is_file():
-            info = TinyModel(**json.loads(meta_file.read_text()))
-            info.path, info.cached = str(target), True
-            return info
+        cached = _built_record(target) if cache else None
+        if cached is not None:
+            return cached
         return _build(model, target, shape, warm_steps, seed, problems, examples, config_file, tok_files,
                       warm_lr, demonstrations, family)
 

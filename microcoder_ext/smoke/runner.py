@@ -22,6 +22,15 @@ class SmokeUsageError(ValueError):
     """Bad smoke arguments or a launch the smoke run cannot take (exit 2 with the reason)."""
 
 
+def require_ints(options, names, minimum: int = 1) -> None:
+    """Raise :class:`SmokeUsageError` naming the command-line flag unless each of ``names`` (attributes of
+    ``options``) is an integer (not a bool) >= ``minimum``."""
+    for name in names:
+        value = getattr(options, name)
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            raise SmokeUsageError(f"--{name.replace('_', '-')} must be an integer >= {minimum}, got {value!r}")
+
+
 @dataclass
 class SmokeOptions:
     """Sizes of a smoke run (``microcoder smoke --help``)."""
@@ -41,15 +50,9 @@ class SmokeOptions:
     extra_env: dict = field(default_factory=dict)
 
     def __post_init__(self):
-        for name in ("steps", "rows", "prompts", "max_samples", "response_length", "gpus"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise SmokeUsageError(f"--{name.replace('_', '-')} must be an integer >= 1, got {value!r}")
-        if self.val_rows is not None and (isinstance(self.val_rows, bool) or not isinstance(self.val_rows, int)
-                                          or self.val_rows < 1):
-            raise SmokeUsageError(f"--val-rows must be an integer >= 1, got {self.val_rows!r}")
-        if isinstance(self.warm_start, bool) or not isinstance(self.warm_start, int) or self.warm_start < 0:
-            raise SmokeUsageError(f"--warm-start must be an integer >= 0, got {self.warm_start!r}")
+        require_ints(self, ("steps", "rows", "prompts", "max_samples", "response_length", "gpus")
+                     + (("val_rows",) if self.val_rows is not None else ()))
+        require_ints(self, ("warm_start",), minimum=0)
 
 
 def workdir(opts: SmokeOptions, framework: str) -> Path:

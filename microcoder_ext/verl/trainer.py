@@ -122,7 +122,7 @@ class MicrocoderSyncTrainer(PPOTrainerSync):
     def _next_train_batch(self, num_prompts: int | None = None):
         batch = super()._next_train_batch(num_prompts)
         t = self._mc_set_temperature(self.global_steps)
-        if self.mc_temperature.config.mode != "constant":
+        if self._mc_temperature_changes():
             # only where T changes: a constant T is the agent-loop workers' own copy of rollout.temperature.
             # A float64 column [B], not a non-tensor field: verl stores every prompt field with each response in
             # TransferQueue, and a per-row non-tensor field there slowed each actor pass by ~15 % (measured:
@@ -158,7 +158,7 @@ class MicrocoderSyncTrainer(PPOTrainerSync):
         uids = _as_list(data["uid"])
         responses = [responses[i] for i in keep]
         uids = [uids[i] for i in keep]
-        if self.mc_temperature.config.mode == "constant":
+        if not self._mc_temperature_changes():
             # no per-row field (_next_train_batch): the workers sample at their own rollout.temperature, which
             # check_temperature_config made equal to the constant before any worker started
             sampled = []
@@ -196,6 +196,10 @@ class MicrocoderSyncTrainer(PPOTrainerSync):
         if update.changed:
             _say(f"microcoder_sync: temperature {update.temperature:g} -> {update.next_temperature:g} from step "
                  f"{step + 1} ({update.reason})")
+
+    def _mc_temperature_changes(self) -> bool:
+        """Whether T can change during the run (staged / auto): only then does each prompt batch carry it."""
+        return self.mc_temperature.config.mode != "constant"
 
     def _mc_initial_temperature(self) -> float:
         return self.mc_temperature.temperature(0)
