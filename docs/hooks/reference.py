@@ -319,6 +319,10 @@ ENV_EXTRA = {
     "MICROCODER_JUDGE_API_KEY": "API key for `microcoder data difficulty --judge-url` (sent as Authorization: Bearer)",
     "MICROCODER_CACHE": "where `microcoder smoke` keeps its tiny models (default ~/.cache/microcoder-ext; the test "
                         "venvs of compat/venv.sh live there too)",
+    "MICROCODER_ENTRY_POINT": "a Hydra application of your own (its module, as the refusal prints it) that passes a "
+                              "`+recipe=microcoder*` config unchanged to verl's `main_ppo.run_ppo`: the recipes' "
+                              "launch guard lets it through ([verl](verl.md#a-launch-that-would-not-apply-the-"
+                              "algorithm-stops))",
     "MICROCODER_SMOKE_EVIDENCE": "set by `microcoder smoke` for the processes it starts (not for users)",
     "MICROCODER_OPENRLHF_CPU": "set by `microcoder smoke openrlhf`: activates the OpenRLHF CPU backend (not for users)",
     "MICROCODER_OPENRLHF_CPU_SEED": "seed of the OpenRLHF CPU backend in a smoke run (default 0)",

@@ -52,6 +52,7 @@ from microcoder_ext.core.temperature import TemperatureController
 from microcoder_ext.core.truncation import stop_token_ids
 from microcoder_ext.verl import temperature as mc_temp
 from microcoder_ext.verl.advantage_mask import compute_row_mask, reward_infos_from_rows
+from microcoder_ext.verl.guard import check_trainer_internals
 from microcoder_ext.verl.lazy import register_when_imported
 
 logger = logging.getLogger(__name__)
@@ -90,7 +91,8 @@ class MicrocoderSyncTrainer(PPOTrainerSync):
     """verl's ``PPOTrainerSync`` + MicroCoder-GRPO's conditional truncation mask."""
 
     def __init__(self, config, *args, **kwargs):
-        self.mc_config = microcoder_config(config)  # fail before any worker starts
+        check_trainer_internals()  # every verl internal this class relies on, before any worker starts
+        self.mc_config = microcoder_config(config)
         temperature_cfg, notes = mc_temp.check_temperature_config(config, self.mc_config)
         self.mc_temperature = TemperatureController(temperature_cfg)
         for note in notes:

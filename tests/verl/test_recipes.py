@@ -270,10 +270,19 @@ def test_recipe_files_are_global_and_listed():
         assert available_recipes()[name], f"{name}: no summary comment"
 
 
+#: the Hydra callback of the recipes that claim MicroCoder-GRPO (microcoder_ext.verl.launch_guard): in Hydra's own
+#: config (``--cfg hydra``), not in the job's
+LAUNCH_GUARD = {"hydra.callbacks.microcoder_launch_guard._target_": "microcoder_ext.verl.launch_guard.LaunchGuard"}
+GUARDED = ("microcoder", "microcoder_mask_only")
+
+
 @pytest.mark.parametrize("name", RECIPES)
 def test_recipe_sets_exactly_the_expected_keys(name):
     """Every key a recipe sets is one of the values checked in these tests (and vice versa)."""
-    assert recipe_file_keys(name) == set(EXPECTED[name])
+    keys = recipe_file_keys(name)
+    assert {k for k in keys if not k.startswith("hydra.")} == set(EXPECTED[name])
+    hydra = flatten(OmegaConf.to_container(OmegaConf.load(RECIPE_DIR / f"{name}.yaml")).get("hydra", {}), "hydra.")
+    assert {k: v for k, v in hydra.items() if k != "hydra"} == (LAUNCH_GUARD if name in GUARDED else {})
 
 
 @pytest.mark.parametrize("name", RECIPES)
@@ -281,7 +290,7 @@ def test_recipe_keys_exist_in_verl_config(composed, name):
     """A typo in a recipe would silently add a key (recipe files are merged, not overridden): every non-microcoder
     key must already exist in verl's config, so that dataclass-backed nodes accept it."""
     base = leaves(composed["base"])
-    unknown = {k for k in recipe_file_keys(name) if not k.startswith("microcoder.") and k not in base}
+    unknown = {k for k in recipe_file_keys(name) if not k.startswith(("microcoder.", "hydra.")) and k not in base}
     assert not unknown
 
 
