@@ -1,12 +1,12 @@
 # The two commands a fresh machine needs (see README):
-#   make demo   the CPU quickstart (MicroCoder-GRPO through TRL on a tiny local model, writes quickstart-out/), then
-#               compose verl's real main_ppo config with +recipe=microcoder and print the effective settings
+#   make demo   the main job on this CPU: verl's own main_ppo with +recipe=microcoder and verl's vLLM rollout (vLLM's
+#               CPU build) trains a tiny Qwen3 for 30 steps; prints a line per step, writes demo-out/report.json and
+#               demo-out/curves.png (the held-back pass rate before and after RL)
 #   make test   run every test suite (creates the cached test venvs on first use)
 .PHONY: demo test
 
 demo:
-	bash compat/in_venv.sh trl python -m microcoder_ext.trl.quickstart --output-dir quickstart-out
-	bash compat/in_venv.sh verl microcoder recipe show microcoder
+	bash compat/in_venv.sh verl microcoder demo --output-dir demo-out
 
 test:
 	bash tests/run_all.sh

@@ -16,11 +16,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
 BAR = {"heldout_mean": 0.20, "heldout_each": 0.10, "reward": 0.15}
@@ -44,16 +46,9 @@ def run_verl(recipe: str, seed: int, work: Path, extra: list[str]) -> dict:
 
 
 def run_trl(seed: int, work: Path, extra: list[str]) -> dict:
-    from microcoder_ext.demo.summary import summarize
-
     data, row = _run([sys.executable, "-m", "microcoder_ext.trl.quickstart", "--seed", str(seed), "--no-progress",
                       *extra], work / f"trl_seed{seed}")
-    if data is None:
-        return row
-    held = data["pass_rate_heldout"]
-    return {**row, **summarize([{"reward": r.get("reward")} for r in data["steps"]],
-                               [{"step": 0, "pass_rate": held["before_grpo"]},
-                                {"step": data["settings"]["steps"], "pass_rate": held["after_grpo"]}])}
+    return row if data is None else {**row, "wall_s": round(data["wall_time_s"], 1), **data["summary"]}
 
 
 def verdict(rows: list[dict]) -> dict:
@@ -78,20 +73,36 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--trl", action="store_true", help="run the TRL quickstart instead (in the TRL venv)")
     ap.add_argument("--workdir", help="keep every run's output here (default: a temporary directory)")
     ap.add_argument("--json", help="write the results here")
+    ap.add_argument("--jobs", type=int, default=1,
+                    help="runs at a time (default 1); with more, each run gets --threads cores/jobs (the wall times "
+                         "are then not those of a run alone)")
     ap.add_argument("extra", nargs="*", help="more options for each run (after --)")
     args = ap.parse_args(argv)
     seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
     work = Path(args.workdir or tempfile.mkdtemp(prefix="microcoder-demo-bench-"))
     work.mkdir(parents=True, exist_ok=True)
-    results: dict[str, list[dict]] = {}
     names = ["trl"] if args.trl else [r for r in args.recipes.split(",") if r]
-    for seed in seeds:  # seeds outermost: the recipes of one seed run back to back, on the same machine state
-        for name in names:
-            print(f"{name} seed {seed} ...", flush=True)
-            row = run_trl(seed, work, args.extra) if args.trl else run_verl(name, seed, work, args.extra)
-            row["seed"] = seed
-            results.setdefault(name, []).append(row)
-            print("  " + json.dumps(row), flush=True)
+    # seeds outermost: the recipes of one seed run back to back (side by side with --jobs 2), on the same machine state
+    cells = [(seed, name) for seed in seeds for name in names]
+    extra = list(args.extra)
+    if args.jobs > 1 and not any(a.startswith("--threads") for a in extra):
+        extra += ["--threads", str(max(1, (os.cpu_count() or 2) // args.jobs))]
+
+    def one(cell):
+        seed, name = cell
+        row = run_trl(seed, work, extra) if args.trl else run_verl(name, seed, work, extra)
+        return {"seed": seed, **row}
+
+    done: dict[tuple, dict] = {}
+    with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+        futures = {pool.submit(one, cell): cell for cell in cells}
+        for fut in as_completed(futures):
+            seed, name = futures[fut]
+            done[(seed, name)] = row = fut.result()
+            print(f"{name} seed {seed}: " + json.dumps(row), flush=True)
+    results: dict[str, list[dict]] = {}
+    for seed, name in cells:
+        results.setdefault(name, []).append(done[(seed, name)])
     print()
     print(f"{'run':<16} {'seed':>4} {'held-back before':>16} {'after':>7} {'change':>8} {'reward first':>12} "
           f"{'last':>6} {'change':>8} {'wall s':>7}")

@@ -29,6 +29,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--warm-steps", type=int, default=d.warm_steps,
                         help="supervised warm-start steps on the mixed demonstrations (default %(default)s)")
     parser.add_argument("--lr", type=float, default=d.lr, help="the actor's learning rate (default %(default)s)")
+    parser.add_argument("--threads", type=int, default=d.threads,
+                        help="torch threads per process (default %(default)s: both cores of a laptop-class machine)")
     parser.add_argument("--output-dir", default=d.output_dir, help="report.json, curves.png, the run's files "
                                                                    "(default %(default)s)")
     parser.add_argument("--timeout", type=float, default=d.timeout,
@@ -43,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         settings = DemoSettings(recipe=args.recipe, seed=args.seed, steps=args.steps, test_freq=args.test_freq,
-                                warm_steps=args.warm_steps, lr=args.lr, output_dir=args.output_dir,
+                                warm_steps=args.warm_steps, lr=args.lr, threads=args.threads, output_dir=args.output_dir,
                                 timeout=args.timeout or None, verbose=args.verbose)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)

@@ -144,7 +144,8 @@ def step_line(row: dict, total: int, heldout: dict | None) -> str:
     """One short progress line per step."""
     parts = [f"step {row['step']:>3}/{total}", f"reward {_fmt(row.get('reward'))}",
              f"len {_fmt(row.get('response_length'), '.1f')}", f"trunc {_fmt(row.get('truncated_frac'))}",
-             f"masked {_fmt(row.get('masked_frac'))}", f"T {_fmt(row.get('temperature'), 'g')}"]
+             f"masked {_fmt(row.get('masked_frac'))}", f"div4 {_fmt(row.get('diversity'))}",
+             f"T {_fmt(row.get('temperature'), 'g')}"]
     if heldout is not None:
         parts.append(f"held-back pass {heldout['pass_rate']:.3f}")
     return "  ".join(parts)

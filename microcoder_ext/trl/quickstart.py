@@ -7,9 +7,12 @@ Nothing is downloaded. The run:
    (about 1 M parameters);
 2. measures the pass rate of the random model on the held-back problems (it emits no complete code block:
    every completion is cut at ``--max-completion-length``);
-3. **warm start**: a short supervised run (plain torch, next-token loss on the reference solutions of the
-   *train* problems only) so that completions end with EOS and some are correct; a purely random model
-   truncates every completion, every group then has equal rewards and GRPO has no gradient at all;
+3. **warm start**: a short supervised run (plain torch, next-token loss) on the *train* problems only, on the
+   demo's mixed demonstrations (:mod:`microcoder_ext.demo.task`: each problem's reference and its family's
+   plausible wrong answer, the same task as ``microcoder demo``), so that completions end with EOS and the model
+   writes right and wrong programs alike: the execution reward then has something to select. A purely random
+   model truncates every completion (equal rewards in every group, no gradient); one warm-started on references
+   only is already as right as it will get (``--demonstrations reference``);
 4. measures the pass rate again (the "before GRPO" number);
 5. **MicroCoder-GRPO** through :class:`microcoder_ext.trl.trainer.MicrocoderGRPOTrainer` (TRL's ``GRPOTrainer``
    with the conditional truncation mask and the temperature controller) and
@@ -65,6 +68,7 @@ class Settings:
     warm_steps: int = 300
     warm_batch_size: int = 16
     warm_lr: float = 3e-3
+    demonstrations: str = "mixed"  # "mixed" (reference + the family's wrong answer) or "reference"
     # MicroCoder-GRPO
     steps: int = 40
     prompts_per_step: int = 8
@@ -119,10 +123,14 @@ def n_params(model) -> int:
 
 
 def warm_start(model, tokenizer, problems: Sequence, s: Settings, progress: bool = True) -> list[float]:
-    """Next-token training on ``prompt + reference answer + EOS`` (loss on the answer tokens only)."""
+    """Next-token training on ``prompt + answer + EOS`` (loss on the answer tokens only); the answers are
+    ``s.demonstrations``: the references, or the mixed demonstrations of :func:`microcoder_ext.demo.task.demonstrations`."""
+    from microcoder_ext.demo.task import demonstrations
     from microcoder_ext.tiny import warm_start as _warm_start
 
-    return _warm_start(model, tokenizer, [(messages(p), answer(p)) for p in problems], steps=s.warm_steps,
+    pairs = (demonstrations(problems, seed=s.seed) if s.demonstrations == "mixed"
+             else [(messages(p), answer(p)) for p in problems])
+    return _warm_start(model, tokenizer, pairs, steps=s.warm_steps,
                        batch_size=s.warm_batch_size, lr=s.warm_lr, seed=s.seed,
                        progress=lambda it: _bar(it, "warm start", progress))
 
@@ -367,6 +375,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quick", action="store_true", help="2 GRPO steps, short warm start, 2 samples per held-back "
                                                         "problem: a smoke test (for the test suite)")
     p.add_argument("--warm-steps", type=int, default=None, help=f"supervised warm-start steps (default {d.warm_steps})")
+    p.add_argument("--demonstrations", choices=("mixed", "reference"), default=d.demonstrations,
+                   help="warm-start answers: each train problem's reference and its family's plausible wrong answer "
+                        "(mixed), or the references only (default %(default)s)")
     p.add_argument("--eval-samples", type=int, default=None,
                    help=f"samples per held-back problem for the pass rates (default {d.eval_samples})")
     p.add_argument("--learning-rate", type=float, default=d.learning_rate,
@@ -381,7 +392,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def settings_from(args: argparse.Namespace) -> Settings:
-    s = Settings(seed=args.seed, quick=args.quick, learning_rate=args.learning_rate, temperature=args.temperature)
+    s = Settings(seed=args.seed, quick=args.quick, learning_rate=args.learning_rate, temperature=args.temperature,
+                 demonstrations=args.demonstrations)
     if args.quick:
         s.steps, s.warm_steps, s.eval_samples, s.eval_problems = 2, 30, 2, 5
         s.prompts_per_step, s.num_generations = 4, 4
@@ -407,6 +419,7 @@ def run(s: Settings, output_dir: str | Path, progress: bool = True, threads: int
     """The whole quickstart; returns the report (also written to ``output_dir/report.json``)."""
     import torch
 
+    from microcoder_ext.demo.summary import summarize
     from microcoder_ext.trl.guard import check_trl
 
     check_trl()
@@ -464,6 +477,8 @@ def run(s: Settings, output_dir: str | Path, progress: bool = True, threads: int
                             "every_10": losses[::10]},
         "steps": steps,
         "eval": ev,
+        # the numbers of the demo's learning bar, as ``microcoder demo`` reports them (bench/demo_learning.py)
+        "summary": summarize(steps, [{"step": 0, "pass_rate": before}, {"step": s.steps, "pass_rate": after}]),
         "pass_rate_heldout": {"before_grpo": before, "after_grpo": after, "change": after - before,
                               "random_init": ev["random_init"]["pass_rate"]},
         "timings": timings,
