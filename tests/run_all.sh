@@ -7,25 +7,31 @@
 #   bash tests/run_all.sh                 # all suites
 #   SUITES=verl bash tests/run_all.sh     # one suite (verl | openrlhf | trl)
 #   bash tests/run_all.sh -k mask -x      # extra args go to pytest
-#   TEST_JOBS=1 bash tests/run_all.sh     # one pytest process at a time (default 3)
+#   TEST_JOBS=1 bash tests/run_all.sh     # one pytest process at a time (default: every lane at once)
 #
 # A suite runs as one or more lanes, each one pytest process; up to $TEST_JOBS lanes run at once. Most of a real
 # training launch (Ray, the trainer's workers, the vLLM engine) is process start-up that leaves the CPUs partly idle,
 # so the verl suite's launches (its end-to-end file and the docs' verl examples) are a lane of their own beside the
 # rest of the suite; the tests that time the host run alone at the end. The venvs are built at the same time, and a
-# suite's lanes start as soon as its venv is ready (on a fresh machine the verl tests run while OpenRLHF's builds). A lane's output goes to $TEST_LOGS/<lane>.log (default: a temporary directory, named on
-# start) and is printed whole when the lane ends; the run fails if any lane fails or if no lane collected a test.
+# suite's lanes start as soon as its venv is ready (on a fresh machine the verl tests run while OpenRLHF's builds); by
+# default every lane may run at once, so that OpenRLHF's, the longest and the last to have its venv on a fresh
+# machine, never waits for a slot. A lane's output goes to $TEST_LOGS/<lane>.log (default: a temporary directory,
+# named on start) and is printed whole when the lane ends; the run fails if any lane fails or if no lane collected a
+# test.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 SUITES=${SUITES:-verl openrlhf trl}
-TEST_JOBS=${TEST_JOBS:-3}
+TEST_JOBS=${TEST_JOBS:-all}
 . "$ROOT/compat/venv.sh"
 
-case "$TEST_JOBS" in ''|*[!0-9]*|0) echo "run_all: TEST_JOBS must be an integer >= 1, got '$TEST_JOBS'" >&2; exit 2 ;; esac
+case "$TEST_JOBS" in all) ;; ''|*[!0-9]*|0) echo "run_all: TEST_JOBS must be an integer >= 1 or all, got '$TEST_JOBS'" >&2
+  exit 2 ;; esac
 
 # The launch-heavy files of the verl suite (their own lane). Every suite's files are listed in lane_files below.
 VERL_LAUNCHES="tests/verl/test_smoke_e2e.py tests/docs/test_examples_verl.py"
+# `make demo` (a 30-step training run with verl's main_ppo): a lane of its own beside the other launches
+VERL_DEMO="tests/docs/test_make_demo.py"
 # Tests that measure the host while a hostile program runs (the longest stall of a thread of the judging process,
 # its wall time): a busy machine stalls threads by itself, so they run alone, after the other lanes (~20 s).
 VERL_HOST="tests/reward/test_hostile_judge.py tests/reward/test_hostile_sandbox.py"
@@ -34,7 +40,7 @@ SOLO_LANES="verl-host"
 # lanes_of SUITE -> the suite's lane names, launch-heavy first
 lanes_of() {
   case "$1" in
-    verl) echo "verl-launches verl verl-host" ;;
+    verl) echo "verl-launches verl-demo verl verl-host" ;;
     openrlhf) echo "openrlhf" ;;
     trl) echo "trl" ;;
     *) echo "run_all: unknown suite '$1'" >&2; return 1 ;;
@@ -45,6 +51,7 @@ lanes_of() {
 lane_files() {
   case "$1" in
     verl-launches) echo "$VERL_LAUNCHES" ;;
+    verl-demo) echo "$VERL_DEMO" ;;
     verl) echo "tests/core tests/smoke tests/reward tests/verl tests/data tests/eval tests/demo tests/docs/test_docs.py" \
                "--ignore=tests/verl/test_smoke_e2e.py" "--ignore=${VERL_HOST// / --ignore=}" ;;
     verl-host) echo "$VERL_HOST" ;;
@@ -78,6 +85,7 @@ for suite in $SUITES; do
   done
 done
 
+if [ "$TEST_JOBS" = all ]; then TEST_JOBS=${#lanes[@]}; fi
 declare -A PY=() READY=() BUILD_OF_PID=() LANE_OF_PID=() LANE_T0=()
 
 # 1. the venvs, one per suite, built at once (a fresh machine); a suite's lanes start as soon as its venv is ready
