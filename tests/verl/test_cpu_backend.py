@@ -82,10 +82,38 @@ def test_vllm_rollout_modules_import_and_are_routed_for_the_cpu():
         assert B.BucketedWeightSender._init_socket._microcoder_cpu
         assert R.ServerAdapter._execute_method._microcoder_cpu
         assert lu.dispatch_cpu_unquantized_gemm._microcoder_keep_weight
+        assert R.ServerAdapter.__init__._microcoder_cpu and U.vLLMColocateWorkerExtension._get_zmq_handle._microcoder_cpu
         print(tv.vllm_version, current_platform.is_cpu())
     """, VERL_PLATFORM="cpu")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.strip().splitlines()[-1] == "0.29.0+cpu True"
+
+
+def test_each_run_has_its_own_weight_sync_socket(monkeypatch):
+    """Both ends of a sync name their ZMQ socket after the Ray job id, which is 01000000 in every fresh local Ray
+    cluster: two runs on one machine got the same socket (a receiver read the other run's buckets). On the CPU both
+    names carry the run's token; a handle without verl's prefix, or a process without the token, is left alone."""
+    from microcoder_ext.verl.cpu.vllm_routing import RUN_ENV, run_socket
+
+    verl_name = "ipc:///tmp/rl-colocate-zmq-01000000-replica-0-rank-0.sock"
+    monkeypatch.setenv(RUN_ENV, "a1b2c3")
+    assert run_socket(verl_name) == "ipc:///tmp/rl-colocate-zmq-mca1b2c3-01000000-replica-0-rank-0.sock"
+    assert run_socket(run_socket(verl_name)) == run_socket(verl_name)
+    assert run_socket("tcp://127.0.0.1:5555") == "tcp://127.0.0.1:5555"
+    monkeypatch.setenv(RUN_ENV, "ffee00")
+    assert run_socket(verl_name) != "ipc:///tmp/rl-colocate-zmq-mca1b2c3-01000000-replica-0-rank-0.sock"
+    monkeypatch.delenv(RUN_ENV)
+    assert run_socket(verl_name) == verl_name
+    # the driver sets the token before Ray starts; the processes of the run inherit it, a second run gets another
+    probe = """
+        import os, verl
+        print(os.environ["MICROCODER_VERL_CPU_RUN"])
+    """
+    first, second = (_python(probe, VERL_PLATFORM="cpu") for _ in range(2))
+    assert first.returncode == 0 and second.returncode == 0, first.stderr[-2000:] + second.stderr[-2000:]
+    assert first.stdout.split()[-1] != second.stdout.split()[-1]
+    inherited = _python(probe, VERL_PLATFORM="cpu", MICROCODER_VERL_CPU_RUN="fromdriver")
+    assert inherited.stdout.split()[-1] == "fromdriver"
 
 
 def test_shared_memory_receive_copies_out_of_the_bucket():

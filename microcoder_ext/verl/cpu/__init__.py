@@ -18,8 +18,8 @@ The rollout is verl's own ``vllm`` (``actor_rollout_ref.rollout.name=vllm``) on 
 
 Private internals (no public hook; each checked by :mod:`.guard` before it is touched, and only patched here)
   4. vLLM on the CPU (:mod:`.vllm_routing`): linear weights kept for re-packing after a weight sync, the
-     shared-memory receive copying out of its bucket (``BucketedWeightReceiver.receive_weights``), and in smoke runs
-     the evidence hooks (what vLLM received per request, what it holds after each sync);
+     shared-memory receive copying out of its bucket (``BucketedWeightReceiver.receive_weights``), a weight-sync
+     socket name of the run's own (two runs on one machine shared one), and in smoke runs the evidence hooks (what vLLM received per request, what it holds after each sync);
   5. ``verl.workers.engine_workers.initialize_global_process_group_ray`` (the module's global): called without a
      backend it builds ``"cpu:gloo,cpu:gloo"``, which torch rejects; wrapped to pass ``"cpu:gloo"``;
   6. ``verl.workers.engine.fsdp.transformer_impl.CPUOffloadPolicy`` (the module's global): the reference model gets
@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import logging
 import os
+import uuid
 
 logger = logging.getLogger(__name__)
 
@@ -98,6 +99,8 @@ def activate() -> None:
                            key="microcoder_ext.verl.cpu:process_group", what="the CPU process group (gloo)")
     register_when_imported("verl.utils.model", _patch_valuehead_loader,  # 7
                            key="microcoder_ext.verl.cpu:valuehead", what="the CPU critic loader (sdpa)")
+    # 4/6: every process of this run (Ray's workers and vLLM's, started after this) inherits the driver's token
+    os.environ.setdefault(V.RUN_ENV, uuid.uuid4().hex[:12])
     _ACTIVE = True
     logger.info("microcoder-ext: verl CPU backend active (VERL_PLATFORM=cpu, rollout %s on vLLM's CPU build)", ROLLOUT)
 

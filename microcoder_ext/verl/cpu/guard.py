@@ -54,6 +54,9 @@ WORKER_EXTENSION = [
         "one (which re-packs the CPU kernels)"),
     I.source_has("verl.workers.rollout.vllm_rollout.utils:vLLMColocateWorkerExtension._update_weights",
                  "model.load_weights(param_updates)", "loads full tensors with vLLM's model.load_weights"),
+    I.source_has("verl.workers.rollout.vllm_rollout.utils:vLLMColocateWorkerExtension._get_zmq_handle",
+                 'return f"ipc:///tmp/rl-colocate-zmq-{job_id}-',
+                 "names the receiver's weight-sync socket after the Ray job id (made per run on the CPU)"),
 ]
 SERVER_GENERATE = [
     I.params_include("verl.workers.rollout.vllm_rollout.vllm_async_server:vLLMHttpServer.generate",
@@ -69,6 +72,9 @@ ADAPTER_UPDATE = [
                      ["weights", "global_steps", "wire_format"]),
     I.signature("verl.workers.rollout.vllm_rollout.vllm_rollout:ServerAdapter._execute_method",
                 ["self", "method", "non_block", "timeout", "args", "kwargs"]),
+    I.source_has("verl.workers.rollout.vllm_rollout.vllm_rollout:ServerAdapter.__init__",
+                 'self.zmq_handle = f"ipc:///tmp/rl-colocate-zmq-{job_id}-',
+                 "names the sender's weight-sync socket after the Ray job id (made per run on the CPU)"),
     I.source_has("verl.workers.rollout.vllm_rollout.vllm_rollout:ServerAdapter.update_weights",
                  ['"update_weights_from_ipc",', "non_block=True", "await sender.async_send_weights(weights)"],
                  "starts the worker's update_weights_from_ipc without blocking, then sends the buckets"),

@@ -28,6 +28,15 @@ imported (:mod:`microcoder_ext.verl.lazy`), in whichever process imports it: the
                                   wrapped (:class:`WatchedSocket`) to wait in short polls and, in between, check the
                                   worker's ``update_weights_from_ipc`` call: if it failed, its own error is raised,
                                   and the run ends with it.
+6. a weight-sync socket per run    both ends of the sync name their ZMQ socket ``ipc:///tmp/rl-colocate-zmq-<Ray job
+                                  id>-replica-<r>-rank-<k>.sock`` (``ServerAdapter.__init__`` and
+                                  ``vLLMColocateWorkerExtension._get_zmq_handle``), and every fresh local Ray cluster
+                                  numbers its first job ``01000000``: two runs on one machine (``make test``'s lanes,
+                                  two demos side by side) bind the same path, the sender removes the other's socket
+                                  file, and a receiver reads the other run's buckets (seen: ``KeyError: 'name'`` in
+                                  ``BucketedWeightReceiver._init_buffer``). Both names get the run's own token
+                                  (:data:`RUN_ENV`, set in the driver before Ray starts and inherited by every process
+                                  of the run).
 5. evidence (smoke runs only)     per request what vLLM received (:func:`~microcoder_ext.smoke.vllm_cpu.
                                   record_requests`, tagged with the server's replica and ``global_steps``); per sync
                                   the checksums the trainer sent (``ServerAdapter.update_weights``) and what vLLM's
@@ -206,11 +215,53 @@ def patch_buckets(module) -> None:
     sender._init_socket = _init_socket
 
 
+#: the run's token in the weight-sync socket names (6); set by :func:`microcoder_ext.verl.cpu.activate` in the driver
+RUN_ENV = "MICROCODER_VERL_CPU_RUN"
+SOCKET_PREFIX = "ipc:///tmp/rl-colocate-zmq-"
+
+
+def run_socket(handle: str) -> str:
+    """6: ``handle`` with this run's token after verl's prefix (unchanged when the token or the prefix is missing)."""
+    token = os.environ.get(RUN_ENV, "")
+    if not token or not handle.startswith(SOCKET_PREFIX) or handle.startswith(f"{SOCKET_PREFIX}mc{token}-"):
+        return handle
+    return f"{SOCKET_PREFIX}mc{token}-{handle[len(SOCKET_PREFIX):]}"
+
+
+def _per_run_receiver_socket(ext) -> None:
+    original = ext._get_zmq_handle
+    if getattr(original, "_microcoder_cpu", False):
+        return
+
+    def _get_zmq_handle(self):
+        return run_socket(original(self))
+
+    _get_zmq_handle._microcoder_cpu = True
+    _get_zmq_handle.__wrapped__ = original
+    ext._get_zmq_handle = _get_zmq_handle
+
+
+def _per_run_sender_socket(adapter) -> None:
+    original = adapter.__init__
+    if getattr(original, "_microcoder_cpu", False):
+        return
+
+    def __init__(self, *args, **kwargs):
+        original(self, *args, **kwargs)
+        self.zmq_handle = run_socket(self.zmq_handle)
+
+    __init__._microcoder_cpu = True
+    __init__.__wrapped__ = original
+    __init__.__signature__ = inspect.signature(original)
+    adapter.__init__ = __init__
+
+
 def patch_worker_extension(module) -> None:
-    """2 and the engine side of 4 (runs in vLLM's worker process, where verl imports the extension)."""
+    """2, 6 and the engine side of 4 (runs in vLLM's worker process, where verl imports the extension)."""
     from microcoder_ext.smoke import vllm_cpu
 
     vllm_cpu.keep_linear_weights()
+    _per_run_receiver_socket(module.vLLMColocateWorkerExtension)
     if not evidence.enabled():
         return
     ext = module.vLLMColocateWorkerExtension
@@ -267,9 +318,10 @@ def patch_server(module) -> None:
 
 
 def patch_adapter(module) -> None:
-    """4: the pending worker call is handed to the sender's socket; the trainer side of 5: checksums of what
-    ``ServerAdapter.update_weights`` sends."""
+    """4: the pending worker call is handed to the sender's socket; 6: the sender's socket name; the trainer side of 5:
+    checksums of what ``ServerAdapter.update_weights`` sends."""
     adapter = module.ServerAdapter
+    _per_run_sender_socket(adapter)
     execute = adapter._execute_method
     if not getattr(execute, "_microcoder_cpu", False):
         async def _execute_method(self, method, non_block=False, *args, **kwargs):
