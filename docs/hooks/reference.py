@@ -323,6 +323,8 @@ ENV_EXTRA = {
                               "`+recipe=microcoder*` config unchanged to verl's `main_ppo.run_ppo`: the recipes' "
                               "launch guard lets it through ([verl](verl.md#a-launch-that-would-not-apply-the-"
                               "algorithm-stops))",
+    "MICROCODER_VERL_CPU_RUN": "set by the verl CPU backend in a smoke run's driver (not for users): the run's token "
+                               "in verl's weight-sync socket names ([vLLM on the CPU](vllm-cpu.md))",
     "MICROCODER_SMOKE_EVIDENCE": "set by `microcoder smoke` for the processes it starts (not for users)",
     "MICROCODER_OPENRLHF_CPU": "set by `microcoder smoke openrlhf`: activates the OpenRLHF CPU backend (not for users)",
     "MICROCODER_OPENRLHF_CPU_SEED": "seed of the OpenRLHF CPU backend in a smoke run (default 0)",
