@@ -70,12 +70,12 @@ def launch_refusal(cfg, app: str) -> str | None:
                 f"trainer.v1.trainer_mode={MASK_TRAINER_MODE}: it would train without the truncation mask and the "
                 f"temperature controller. Run {run}. (An application of your own that passes this config unchanged "
                 f"to {MAIN_PPO}.run_ppo is let through with {ENTRY_POINT_ENV}={app}.)")
+    mode = select(cfg, "trainer.v1.trainer_mode")
     if not select(cfg, "trainer.use_v1"):
         return (f"trainer.use_v1=false runs verl's legacy trainer (main_ppo_v0), which ignores "
-                f"trainer.v1.trainer_mode={select(cfg, 'trainer.v1.trainer_mode')}: it would train without "
+                f"trainer.v1.trainer_mode={mode}: it would train without "
                 f"MicroCoder-GRPO (or fail at the first rollout, after every worker started). Drop the override: "
                 f"the recipe sets trainer.use_v1=true.")
-    mode = select(cfg, "trainer.v1.trainer_mode")
     if mode != MASK_TRAINER_MODE:
         return (f"trainer.v1.trainer_mode={mode} runs verl's own {mode!r} trainer, which applies neither the "
                 f"truncation mask nor the temperature controller of the recipe. Drop the override (the recipe sets "
