@@ -2,30 +2,29 @@
 
 Nothing is downloaded. The run:
 
-1. builds a tiny model locally: a byte-level BPE tokenizer (digits always single tokens, ChatML chat template,
-   ``<|im_end|>`` = EOS) trained in-process on the bundled problems, and a randomly initialised 4-layer Qwen2
-   (about 1 M parameters);
-2. measures the pass rate of the random model on the held-back problems (it emits no complete code block:
-   every completion is cut at ``--max-completion-length``);
-3. **warm start**: a short supervised run (plain torch, next-token loss) on the *train* problems only, on the
-   demo's mixed demonstrations (:mod:`microcoder_ext.demo.task`: each problem's reference and its family's
-   plausible wrong answer, the same task as ``microcoder demo``), so that completions end with EOS and the model
-   writes right and wrong programs alike: the execution reward then has something to select. A purely random
-   model truncates every completion (equal rewards in every group, no gradient); one warm-started on references
-   only is already as right as it will get (``--demonstrations reference``);
-4. measures the pass rate again (the "before GRPO" number);
-5. **MicroCoder-GRPO** through :class:`microcoder_ext.trl.trainer.MicrocoderGRPOTrainer` (TRL's ``GRPOTrainer``
+1. builds the demo's model (:func:`microcoder_ext.smoke.model.prepare_model`, the model ``microcoder demo`` trains
+   through verl; cached under ``$MICROCODER_CACHE/smoke-models``): a byte-level BPE tokenizer (digits always single
+   tokens, ChatML chat template, ``<|im_end|>`` = EOS) trained in-process on the bundled problems and a tiny
+   2-layer Qwen3 (about 0.4 M parameters), **warm-started** on the *train* problems only, on the demo's mixed
+   demonstrations (:mod:`microcoder_ext.demo.task`: each problem's reference and its family's plausible wrong
+   answer), so that completions end with EOS and the model writes right and wrong programs alike: the execution
+   reward then has something to select. A purely random model truncates every completion (equal rewards in every
+   group, no gradient); one warm-started on references only is already as right as it will get
+   (``--demonstrations reference``);
+2. measures the pass rate on the held-back problems (the "before GRPO" number);
+3. **MicroCoder-GRPO** through :class:`microcoder_ext.trl.trainer.MicrocoderGRPOTrainer` (TRL's ``GRPOTrainer``
    with the conditional truncation mask and the temperature controller) and
    :class:`microcoder_ext.trl.reward.CodeReward` (the real sandboxed code reward: every completion's code block is
-   run against the problem's tests), preset ``microcoder`` (no KL, clip-higher), on the train problems, printing
-   one line per step from TRL's logs: reward, pass rate, truncated and masked fractions, diversity, temperature;
-6. measures the pass rate once more ("after GRPO") and writes ``report.json`` and ``curves.png``.
+   run against the problem's tests), preset ``microcoder`` (no KL, clip-higher), on the train problems, with the
+   demo's sizes (8 prompts x 8 samples a step, 48-token budget, T = 1.2, learning rate 1e-3), printing one line
+   per step from TRL's logs: reward, pass rate, truncated and masked fractions, diversity, temperature;
+4. measures the pass rate once more ("after GRPO") and writes ``report.json`` and ``curves.png``.
 
 Pass rates are measured on the **held-back** problems (``microcoder_ext/bundled/``: 10 families x 2 values of K that
-no training step ever sees; the 60 others are trained on), ``--eval-samples`` samples per problem at the
-training temperature, so they measure whether what was learnt transfers to unseen instances. They are reported
-as measured, whatever they are. The same seed gives the same run (torch, sampling and the mask coins are seeded;
-CPU only).
+no training step ever sees; the 60 others are trained on), ``--eval-samples`` samples per problem at
+``--eval-temperature`` (1.0, as the demo's validation), so they measure whether what was learnt transfers to unseen
+instances. They are reported as measured, whatever they are. The same seed gives the same run (torch, sampling and
+the mask coins are seeded; CPU only).
 
 Options: ``--steps`` (GRPO steps), ``--output-dir``, ``--seed``, ``--quick`` (2 GRPO steps and a shorter warm
 start, for tests), ``--warm-steps``, ``--eval-samples``, ``--no-progress``; ``--help`` lists them all.
@@ -57,30 +56,23 @@ class MatplotlibMissing(RuntimeError):
 @dataclass
 class Settings:
     seed: int = 0
-    # model
-    vocab_size: int = 400
-    hidden_size: int = 128
-    num_layers: int = 4
-    num_heads: int = 4
-    num_kv_heads: int = 2
-    intermediate_size: int = 256
-    # warm start (supervised, train problems' reference solutions)
+    # the model: the demo's tiny Qwen3 and its warm start (microcoder_ext.smoke.model.prepare_model)
     warm_steps: int = 300
-    warm_batch_size: int = 16
     warm_lr: float = 3e-3
     demonstrations: str = "mixed"  # "mixed" (reference + the family's wrong answer) or "reference"
-    # MicroCoder-GRPO
-    steps: int = 40
+    # MicroCoder-GRPO (the demo's sizes: microcoder_ext.demo.run.DemoSettings)
+    steps: int = 30
     prompts_per_step: int = 8
     num_generations: int = 8
     max_completion_length: int = 48
-    learning_rate: float = 5e-4
-    temperature: float = 1.0
+    learning_rate: float = 1e-3
+    temperature: float = 1.2  # the microcoder recipe's training temperature (rollout and log-probs)
     preset: str = "microcoder"
     mask_rho: float = 0.2
     mask_m: int = 8  # repeat window: the paper's 128 is longer than these completions
     # evaluation
     eval_samples: int = 8
+    eval_temperature: float = 1.0
     eval_problems: int = 0  # 0 = every held-back problem; --quick: the first 5
     quick: bool = False
 
@@ -91,48 +83,23 @@ class Settings:
 # ------------------------------------------------------------------------------------------------ model
 
 
-def build_tokenizer(problems: Sequence, vocab_size: int = 400):
-    """Byte-level BPE trained here on the problems' prompts and solutions; digits stay single tokens (so a
-    constant is copied from the statement into the code token for token). See :func:`microcoder_ext.tiny.train_tokenizer`."""
-    from microcoder_ext.tiny import train_tokenizer
-
-    return train_tokenizer([p.prompt_text() for p in problems] + [answer(p) for p in problems], vocab_size)
-
-
-def build_model(tokenizer, s: Settings):
+def build_model(s: Settings):
+    """(model, tokenizer, record): the demo's tiny Qwen3 warm-started as ``s`` says (built once, then cached;
+    :func:`microcoder_ext.smoke.model.prepare_model`)."""
     import torch
-    from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM
+    from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    torch.manual_seed(s.seed)
-    cfg = Qwen2Config(vocab_size=len(tokenizer), hidden_size=s.hidden_size, intermediate_size=s.intermediate_size,
-                      num_hidden_layers=s.num_layers, num_attention_heads=s.num_heads,
-                      num_key_value_heads=s.num_kv_heads, max_position_embeddings=256, tie_word_embeddings=True,
-                      eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
-                      bos_token_id=None)
-    model = Qwen2ForCausalLM(cfg)
-    model.generation_config = GenerationConfig(eos_token_id=tokenizer.eos_token_id,
-                                               pad_token_id=tokenizer.pad_token_id, bos_token_id=None)
-    return model
+    from microcoder_ext.smoke.model import prepare_model
+
+    record = prepare_model(None, family="qwen3", demonstrations=s.demonstrations, warm_steps=s.warm_steps,
+                           warm_lr=s.warm_lr, seed=s.seed)
+    tokenizer = AutoTokenizer.from_pretrained(record.path, local_files_only=True)
+    model = AutoModelForCausalLM.from_pretrained(record.path, local_files_only=True, dtype=torch.float32)
+    return model, tokenizer, record
 
 
 def n_params(model) -> int:
     return sum(p.numel() for p in model.parameters())
-
-
-# ------------------------------------------------------------------------------------------- warm start
-
-
-def warm_start(model, tokenizer, problems: Sequence, s: Settings, progress: bool = True) -> list[float]:
-    """Next-token training on ``prompt + answer + EOS`` (loss on the answer tokens only); the answers are
-    ``s.demonstrations``: the references, or the mixed demonstrations of :func:`microcoder_ext.demo.task.demonstrations`."""
-    from microcoder_ext.demo.task import demonstrations
-    from microcoder_ext.tiny import warm_start as _warm_start
-
-    pairs = (demonstrations(problems, seed=s.seed) if s.demonstrations == "mixed"
-             else [(messages(p), answer(p)) for p in problems])
-    return _warm_start(model, tokenizer, pairs, steps=s.warm_steps,
-                       batch_size=s.warm_batch_size, lr=s.warm_lr, seed=s.seed,
-                       progress=lambda it: _bar(it, "warm start", progress))
 
 
 # ------------------------------------------------------------------------------------------- evaluation
@@ -327,15 +294,15 @@ def plot_curves(report: dict, path: Path) -> Path:
     ax.set_ylabel("diversity"), ax2.set_ylabel("temperature (red)")
     ax = axes[1][1]
     ev = report["eval"]
-    names = [k for k in ("random_init", "after_warm_start", "after_grpo") if k in ev]
+    names = [k for k in ("after_warm_start", "after_grpo") if k in ev]
     vals = [ev[k]["pass_rate"] for k in names]
-    bars = ax.bar([n.replace("_", "\n") for n in names], vals, color=["tab:gray", "tab:blue", "tab:orange"][:len(vals)])
+    bars = ax.bar([n.replace("_", "\n") for n in names], vals, color=["tab:blue", "tab:orange"][:len(vals)])
     for b, v in zip(bars, vals):
         ax.text(b.get_x() + b.get_width() / 2, v + 0.01, f"{v:.3f}", ha="center", fontsize=9)
     ax.set_ylim(0, 1.05)
     ax.set_title(f"held-back pass rate ({ev[names[0]]['num_problems']} problems x "
                  f"{ev[names[0]]['samples_per_problem']} samples)")
-    fig.suptitle("MicroCoder-GRPO quickstart (tiny Qwen2, CPU)")
+    fig.suptitle("MicroCoder-GRPO quickstart (tiny Qwen3, CPU)")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -383,7 +350,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--learning-rate", type=float, default=d.learning_rate,
                    help="GRPO learning rate (default %(default)s)")
     p.add_argument("--temperature", type=float, default=d.temperature,
-                   help="sampling (and log-prob) temperature, also used for the pass rates (default %(default)s)")
+                   help="training temperature: rollout sampling and the trainer's log-probs (default %(default)s)")
+    p.add_argument("--eval-temperature", type=float, default=d.eval_temperature,
+                   help="sampling temperature of the held-back pass rates (default %(default)s)")
     p.add_argument("--threads", type=int, default=1,
                    help="torch CPU threads (default 1: this model's matrices are too small to gain from more, and "
                         "the other core runs the sandboxed tests; 0 = torch's choice)")
@@ -393,7 +362,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def settings_from(args: argparse.Namespace) -> Settings:
     s = Settings(seed=args.seed, quick=args.quick, learning_rate=args.learning_rate, temperature=args.temperature,
-                 demonstrations=args.demonstrations)
+                 eval_temperature=args.eval_temperature, demonstrations=args.demonstrations)
     if args.quick:
         s.steps, s.warm_steps, s.eval_samples, s.eval_problems = 2, 30, 2, 5
         s.prompts_per_step, s.num_generations = 4, 4
@@ -408,8 +377,9 @@ def settings_from(args: argparse.Namespace) -> Settings:
             raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(s, name)}")
     if s.warm_steps < 0:
         raise ValueError(f"--warm-steps must be >= 0, got {s.warm_steps}")
-    if not (s.temperature > 0 and math.isfinite(s.temperature)):
-        raise ValueError(f"--temperature must be a positive number, got {s.temperature}")
+    for name in ("temperature", "eval_temperature"):
+        if not (getattr(s, name) > 0 and math.isfinite(getattr(s, name))):
+            raise ValueError(f"--{name.replace('_', '-')} must be a positive number, got {getattr(s, name)}")
     if not (s.learning_rate > 0 and math.isfinite(s.learning_rate)):
         raise ValueError(f"--learning-rate must be a positive number, got {s.learning_rate}")
     return s
@@ -436,16 +406,18 @@ def run(s: Settings, output_dir: str | Path, progress: bool = True, threads: int
     train, held = split_problems(problems)
     if s.eval_problems:
         held = held[: s.eval_problems]
-    tokenizer = build_tokenizer(train, s.vocab_size)
-    model = build_model(tokenizer, s)
-    _write(f"tiny Qwen2: {n_params(model) / 1e6:.2f} M parameters, vocabulary {len(tokenizer)}; "
-           f"{len(train)} train problems, {len(held)} held back (unseen K of the same families)")
-    timings: dict[str, float] = {}
+    t = time.monotonic()
+    model, tokenizer, built = build_model(s)
+    timings: dict[str, float] = {"model_s": time.monotonic() - t}
+    _write(f"tiny {built.architecture}: {n_params(model) / 1e6:.2f} M parameters, vocabulary {len(tokenizer)}, "
+           f"warm start {built.warm_start_steps} steps on {built.demonstrations or 'nothing'} demonstrations"
+           f"{' (cached)' if built.cached else ''}; {len(train)} train problems, {len(held)} held back "
+           f"(unseen K of the same families)")
     ev: dict[str, dict] = {}
 
     def measure(name: str) -> None:
         t = time.monotonic()
-        ev[name] = evaluate(model, tokenizer, held, samples=s.eval_samples, temperature=s.temperature,
+        ev[name] = evaluate(model, tokenizer, held, samples=s.eval_samples, temperature=s.eval_temperature,
                             max_new_tokens=s.max_completion_length,
                             seed=s.seed + 1,  # the same sampling seed at every checkpoint
                             label=f"eval {name}", progress=progress)
@@ -454,12 +426,6 @@ def run(s: Settings, output_dir: str | Path, progress: bool = True, threads: int
                f"({ev[name]['problems_solved_at_least_once']}/{len(held)} problems solved at least once, "
                f"truncated {ev[name]['truncated_frac']:.2f})")
 
-    measure("random_init")
-    t = time.monotonic()
-    losses = warm_start(model, tokenizer, train, s, progress)
-    timings["warm_start_s"] = time.monotonic() - t
-    _write(f"warm start: {s.warm_steps} steps, loss {losses[0]:.3f} -> {losses[-1]:.3f}" if losses
-           else "warm start: skipped")
     measure("after_warm_start")
     t = time.monotonic()
     steps = run_grpo(model, tokenizer, train, s, out, progress)
@@ -470,17 +436,18 @@ def run(s: Settings, output_dir: str | Path, progress: bool = True, threads: int
     before, after = ev["after_warm_start"]["pass_rate"], ev["after_grpo"]["pass_rate"]
     report = {
         "settings": asdict(s),
-        "model": {"parameters": n_params(model), "vocab_size": len(tokenizer), "architecture": "Qwen2ForCausalLM"},
+        "model": {"parameters": n_params(model), "vocab_size": len(tokenizer), "architecture": built.architecture,
+                  "path": built.path, "warm_start_steps": built.warm_start_steps,
+                  "demonstrations": built.demonstrations},
         "data": {"file": str(DATA), "train_problems": len(train), "heldout_problems": len(held),
                  "heldout_ids": [p.id for p in held]},
-        "warm_start_loss": {"first": losses[0] if losses else None, "last": losses[-1] if losses else None,
-                            "every_10": losses[::10]},
+        "warm_start_loss": {"first": built.warm_start_loss[0] if built.warm_start_loss else None,
+                            "last": built.warm_start_loss[-1] if built.warm_start_loss else None},
         "steps": steps,
         "eval": ev,
         # the numbers of the demo's learning bar, as ``microcoder demo`` reports them (bench/demo_learning.py)
         "summary": summarize(steps, [{"step": 0, "pass_rate": before}, {"step": s.steps, "pass_rate": after}]),
-        "pass_rate_heldout": {"before_grpo": before, "after_grpo": after, "change": after - before,
-                              "random_init": ev["random_init"]["pass_rate"]},
+        "pass_rate_heldout": {"before_grpo": before, "after_grpo": after, "change": after - before},
         "timings": timings,
         "wall_time_s": timings["total_s"],
         "environment": _environment(),
@@ -526,7 +493,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     report = run(s, args.output_dir, progress=not args.no_progress, threads=args.threads)
     p = report["pass_rate_heldout"]
-    print(f"\nheld-back pass rate: random init {p['random_init']:.3f} -> after warm start {p['before_grpo']:.3f} "
+    print(f"\nheld-back pass rate: after warm start {p['before_grpo']:.3f} "
           f"-> after {s.steps} MicroCoder-GRPO steps {p['after_grpo']:.3f} (change {p['change']:+.3f}); "
           f"{report['wall_time_s']:.0f} s")
     print(f"report: {Path(args.output_dir) / 'report.json'}"

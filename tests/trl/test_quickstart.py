@@ -32,12 +32,17 @@ def test_bundle_is_the_generators_output_and_every_reference_passes():
         assert evaluate_response(wrong, p.tests).verdict == "wrong_answer", p.id  # the tests pin K down
 
 
-def test_tiny_model_is_local_and_deterministic():
-    train, _ = qs.split_problems(qs.load_problems())
-    tok = qs.build_tokenizer(train)
-    a, b = qs.build_model(tok, qs.Settings(seed=3)), qs.build_model(tok, qs.Settings(seed=3))
+def test_model_is_the_demos_built_locally_and_deterministic(tmp_path, monkeypatch):
+    """The quickstart trains the model ``microcoder demo`` trains (the same builder, cache and warm start)."""
+    monkeypatch.setenv("MICROCODER_CACHE", str(tmp_path / "cache"))
+    s = qs.Settings(seed=3, warm_steps=0)
+    a, tok, rec = qs.build_model(s)
+    b, _, rec_b = qs.build_model(s)
+    assert rec.architecture == "Qwen3ForCausalLM" and rec_b.cached and rec_b.path == rec.path
+    assert rec.path.startswith(str(tmp_path / "cache" / "smoke-models"))
     assert all((x == y).all() for x, y in zip(a.parameters(), b.parameters()))
     assert 0.3e6 < qs.n_params(a) < 5e6
+    train, _ = qs.split_problems(qs.load_problems())
     ids = tok(qs.answer(train[0]))["input_ids"]
     assert tok.decode(ids) == qs.answer(train[0])
     digits = [tok.decode([i]) for i in tok("x + 1234")["input_ids"]]
@@ -53,7 +58,8 @@ def test_quick_run_writes_report_and_curves(tmp_path, capsys):
                 "wall_time_s", "environment"):
         assert key in report, key
     assert report["settings"]["quick"] and report["settings"]["steps"] == 2
-    for name in ("random_init", "after_warm_start", "after_grpo"):
+    assert set(report["eval"]) == {"after_warm_start", "after_grpo"}
+    for name in ("after_warm_start", "after_grpo"):
         ev = report["eval"][name]
         assert 0.0 <= ev["pass_rate"] <= 1.0 and 0.0 <= ev["truncated_frac"] <= 1.0
         assert ev["num_problems"] == 5 and ev["samples_per_problem"] == 2
@@ -67,7 +73,9 @@ def test_quick_run_writes_report_and_curves(tmp_path, capsys):
         for key in ("reward", "pass_rate", "microcoder/masked_frac", "microcoder/truncated_frac",
                     "microcoder/diversity/distinct4", "microcoder/temperature"):
             assert key in s, key
-        assert 0.0 <= s["pass_rate"] <= 1.0 and s["microcoder/temperature"] == report["settings"]["temperature"]
+        assert 0.0 <= s["pass_rate"] <= 1.0 and s["microcoder/temperature"] == report["settings"]["temperature"] == 1.2
+    assert report["eval"]["after_grpo"]["temperature"] == report["settings"]["eval_temperature"] == 1.0
+    assert report["model"]["architecture"] == "Qwen3ForCausalLM" and report["model"]["demonstrations"] == "mixed"
     assert "step   1/2  reward" in text and "step   2/2" in text and "held-back pass rate" in text
     assert report["curves"] == str(out / "curves.png")
     png = (out / "curves.png").read_bytes()
