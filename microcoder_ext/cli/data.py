@@ -71,6 +71,13 @@ def add_prepare_arguments(p: argparse.ArgumentParser) -> None:
                         "contamination (default 0.5)")
     g.add_argument("--decontam-by", type=_csv, default=["id", "title", "ngram"],
                    help="checks to run (comma-separated: id,title,ngram; default all)")
+    g.add_argument("--min-tests", type=int, default=5, metavar="N",
+                   help="flag problems with fewer than N tests (default 5; 0: no count threshold). Problems whose "
+                        "tests are only the statement's examples are always flagged: a program that hard-codes "
+                        "the examples passes them")
+    g.add_argument("--drop-weak-tests", action="store_true",
+                   help="drop the flagged problems instead of keeping them (flagged rows carry extra_info "
+                        "weak_tests)")
     g.add_argument("--test-options", metavar="FILE.jsonl",
                    help="per-problem judging options merged into the tests: JSON lines with `id` (the problem id, "
                         "e.g. code_contests/4, or the source row id, 4) and any of checker, float_tol, time_limit, "
@@ -106,10 +113,11 @@ def run(args) -> int:
 # --- prepare ---------------------------------------------------------------------------------------------------
 def format_summary(stats: dict) -> str:
     """The table: per SOURCE (:class:`~microcoder_ext.data.prepare.SourceStats`, in order) rows read, kept,
-    dropped; under each its drop reasons; then the totals."""
+    dropped; under each its drop reasons and its kept problems with weak tests; then the totals."""
     order = list(stats)
-    name_w = max([len("source")] + [min(len(o), 60) for o in order] + [len("  " + r) for s in stats.values()
-                                                                        for r in s.reasons]) + 2
+    name_w = max([len("source")] + [min(len(o), 60) for o in order]
+                 + [len("  " + r) for s in stats.values() for r in s.reasons]
+                 + [len("  kept, weak tests: " + r) for s in stats.values() for r in getattr(s, "weak", {})]) + 2
     lines = [f"{'source':<{name_w}}{'shape':<17}{'rows':>8}{'kept':>8}{'dropped':>9}"]
     total = Counter()
     for o in order:
@@ -118,6 +126,8 @@ def format_summary(stats: dict) -> str:
         lines.append(f"{name:<{name_w}}{s.shape:<17}{s.rows:>8}{s.kept:>8}{s.rows - s.kept:>9}")
         for reason, n in sorted(s.reasons.items(), key=lambda kv: (-kv[1], kv[0])):
             lines.append(f"{'  ' + reason:<{name_w}}{'':<17}{'':>8}{'':>8}{n:>9}")
+        for reason, n in sorted(s.weak.items(), key=lambda kv: (-kv[1], kv[0])):
+            lines.append(f"{'  kept, weak tests: ' + reason:<{name_w}}{'':<17}{'':>8}{n:>8}")
         total["rows"] += s.rows
         total["kept"] += s.kept
     lines.append(f"{'total':<{name_w}}{'':<17}{total['rows']:>8}{total['kept']:>8}{total['rows'] - total['kept']:>9}")
@@ -140,8 +150,8 @@ def run_prepare(args) -> int:
     if not formats or set(formats) - set(FORMATS):
         log(f"error: --format must be a comma-separated subset of {', '.join(FORMATS)}")
         return 2
-    if args.val_size < 0 or (args.limit is not None and args.limit < 1):
-        log("error: --val-size must be >= 0 and --limit >= 1")
+    if args.val_size < 0 or (args.limit is not None and args.limit < 1) or args.min_tests < 0:
+        log("error: --val-size and --min-tests must be >= 0 and --limit >= 1")
         return 2
     if args.val_size and args.val_from:
         log("error: --val-size and --val-from are exclusive")
@@ -179,7 +189,7 @@ def run_prepare(args) -> int:
     try:
         result = prepare(args.sources, args.source, filters=filters, split=args.split, limit=args.limit,
                          test_options=test_options, val_ids={p.id for p in val} if val else set(),
-                         progress=progress)
+                         progress=progress, min_tests=args.min_tests, drop_weak_tests=args.drop_weak_tests)
     except (SourceError, FilterError) as e:
         log(f"error: {e}")
         return 2

@@ -53,6 +53,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--timeout", type=float, default=5.0, help="CPU seconds per test (default 5)")
     p.add_argument("--memory-mb", type=int, default=2048, help="address-space limit per run, MiB (default 2048)")
     p.add_argument("--all-tests", action="store_true", help="run every test even after a failure (exact pass_rate)")
+    p.add_argument("--min-tests", type=int, default=5, metavar="N",
+                   help="report the records with fewer than N tests, or flagged weak_tests by 'microcoder data "
+                        "prepare' (tests that are only the statement's examples): a pass there says little "
+                        "(default 5)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
@@ -76,9 +80,11 @@ def _line_list(lines: list[int], limit: int = 20) -> str:
     return shown + (f", ... ({len(lines) - limit} more)" if len(lines) > limit else "")
 
 
-def verdict_table(results: list[dict], skipped: list[int] | None = None) -> str:
+def verdict_table(results: list[dict], skipped: list[int] | None = None, min_tests: int = 0) -> str:
     """Count and share of each verdict, mean score and pass rate; ``skipped``: line numbers of bad input
-    lines that were not scored (listed below the total, not counted in the shares)."""
+    lines that were not scored (listed below the total, not counted in the shares); the records with weak tests
+    (fewer than ``min_tests``, or flagged ``weak_tests`` by ``microcoder data prepare``) and how many of them
+    passed."""
     counts = collections.Counter(r["verdict"] for r in results)
     n = len(results) or 1
     lines = [f"{'verdict':<15}{'count':>8}{'share':>9}", "-" * 32]
@@ -90,6 +96,11 @@ def verdict_table(results: list[dict], skipped: list[int] | None = None) -> str:
                  f"pass_rate {mean_pr:.3f}")
     if skipped:
         lines.append(f"{'skipped':<15}{len(skipped):>8}   bad input lines: {_line_list(skipped)}")
+    weak = [r for r in results if r.get("weak_tests") or (min_tests and r.get("num_tests", min_tests) < min_tests)]
+    if weak:
+        passed = sum(r["verdict"] == V.CORRECT for r in weak)
+        lines.append(f"{'weak_tests':<15}{len(weak):>8}   records with fewer than {min_tests} tests or only the "
+                     f"statement's examples; {passed} of them correct (a pass there says little)")
     return "\n".join(lines)
 
 
@@ -127,6 +138,9 @@ def _score(args, recs: list[tuple[int, dict]], skipped: list[int], out) -> int:
     from microcoder_ext.reward import Engine, EngineConfig
     from microcoder_ext.reward.batch import score_records
 
+    if args.min_tests < 0:
+        _err("--min-tests must be >= 0")
+        return EXIT_INPUT
     engine = Engine(EngineConfig(workers=args.workers, timeout=args.timeout, memory_mb=args.memory_mb,
                                  stop_on_first_failure=not args.all_tests))
     t0 = time.monotonic()
@@ -150,7 +164,7 @@ def _score(args, recs: list[tuple[int, dict]], skipped: list[int], out) -> int:
         except OSError as e:
             _err(f"cannot write {args.output}: {why(e)}")
             return EXIT_INPUT
-    print(verdict_table(results, skipped))
+    print(verdict_table(results, skipped, args.min_tests))
     print(f"{len(results)} responses in {time.monotonic() - t0:.1f} s"
           + (f" ({len(skipped)} bad line{'s' if len(skipped) != 1 else ''} skipped)" if skipped else ""),
           file=sys.stderr)

@@ -39,6 +39,7 @@ class TruncationMask(NamedTuple):
     verdict_ok: torch.Tensor  #: condition 2
     repeating: torch.Tensor  #: truncated and the tail repeats (condition 3 fails); False where not truncated
     eligible: torch.Tensor  #: conditions 1-3 (before the rho coin)
+    no_answer: torch.Tensor | None = None  #: verdict ``no_answer`` (no complete code block: nothing was run)
 
 
 def validate_mask_args(rho: float, m: int, mode: str, repeat_check: str) -> None:
@@ -163,11 +164,12 @@ def combine_conditions(
     """
     device = truncated.device
     verdict_ok = verdict_allows_mask(verdicts, mode).to(device)
+    no_answer = torch.tensor([v == V.NO_ANSWER for v in V.validate_all(verdicts)], dtype=torch.bool, device=device)
     repeating = repeating & truncated
     eligible = truncated & verdict_ok & ~repeating
     u = torch.rand(truncated.shape[0], generator=generator, device=generator.device if generator is not None else "cpu")
     masked = eligible & (u.to(device) < float(rho))
-    return TruncationMask(masked, truncated, verdict_ok, repeating, eligible)
+    return TruncationMask(masked, truncated, verdict_ok, repeating, eligible, no_answer)
 
 
 def conditional_truncation_mask(
@@ -209,15 +211,24 @@ def conditional_truncation_mask(
 
 
 def mask_metrics(result: TruncationMask, prefix: str = "microcoder/") -> dict[str, float]:
-    """Batch fractions (denominator = number of responses) for logging."""
+    """Batch fractions (denominator = number of responses) for logging.
+
+    ``masked_no_answer_frac``: responses masked although they never closed a code block (verdict ``no_answer``,
+    nothing run). The mask's known blind spot: under ``mode="non_incorrect"`` a response that rambles to the budget
+    without an answer is spared the penalty of a wrong one. A rising value means the policy is learning to run out
+    of tokens instead of answering; ``mode="correct_only"`` masks only correct responses and never these.
+    ``truncated_no_answer_frac``: truncated responses with no answer, masked or not."""
     n = max(int(result.masked.numel()), 1)
 
     def frac(t: torch.Tensor) -> float:
         return float(t.sum().item()) / n
 
+    no_answer = result.no_answer if result.no_answer is not None else torch.zeros_like(result.masked)
     return {
         f"{prefix}truncated_frac": frac(result.truncated),
         f"{prefix}eligible_frac": frac(result.eligible),
         f"{prefix}repeat_frac": frac(result.truncated & result.repeating),
         f"{prefix}masked_frac": frac(result.masked),
+        f"{prefix}truncated_no_answer_frac": frac(result.truncated & no_answer),
+        f"{prefix}masked_no_answer_frac": frac(result.masked & no_answer),
     }

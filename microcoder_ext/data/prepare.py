@@ -99,9 +99,11 @@ class SourceStats:
     rows: int = 0
     kept: int = 0
     reasons: Counter = field(default_factory=Counter)
+    weak: Counter = field(default_factory=Counter)  #: kept problems with weak tests, by finding (test_strength)
 
     def to_dict(self) -> dict:
-        return {"shape": self.shape, "rows": self.rows, "kept": self.kept, "reasons": dict(self.reasons)}
+        return {"shape": self.shape, "rows": self.rows, "kept": self.kept, "reasons": dict(self.reasons),
+                "weak_tests": dict(self.weak)}
 
 
 @dataclass
@@ -122,11 +124,17 @@ class Prepared:
 
 def prepare(specs: Sequence[str], shape: str = "auto", *, filters: Sequence = (), split: str = "train",
             limit: int | None = None, test_options: dict[str, dict] | None = None, val_ids: set[str] = frozenset(),
-            progress: Callable[[str], Any] | None = None) -> Prepared:
+            progress: Callable[[str], Any] | None = None, min_tests: int = 0,
+            drop_weak_tests: bool = False) -> Prepared:
     """Read every SOURCE (a repeated one once) through ``filters``. ``progress(spec)`` returns a bar with
     ``update(n)`` and ``close()`` for that SOURCE's rows. Raises :class:`~microcoder_ext.data.rows.SourceError`
-    for a SOURCE that cannot be read and :class:`~microcoder_ext.data.filters.FilterError` from a filter."""
+    for a SOURCE that cannot be read and :class:`~microcoder_ext.data.filters.FilterError` from a filter.
+
+    Weak tests (:mod:`~microcoder_ext.data.test_strength`: only the statement's examples, or fewer than
+    ``min_tests``): a kept problem is flagged (``extra["weak_tests"]``, counted in its source's ``weak``), or
+    dropped with ``drop_weak_tests``."""
     from .filters import run_filters
+    from .test_strength import EXAMPLES_ONLY, weakness
 
     out = Prepared()
     for spec in specs:
@@ -165,6 +173,15 @@ def prepare(specs: Sequence[str], shape: str = "auto", *, filters: Sequence = ()
         try:
             for p, rejected in run_filters(problems(), list(filters)):
                 if rejected is None:
+                    weak = weakness(p, min_tests)
+                    if weak and drop_weak_tests:
+                        drop(Drop("filter", spec, p.id, f"weak tests: {weak}",
+                                  "its tests cannot tell a solution from one that hard-codes the statement's examples"
+                                  if weak == EXAMPLES_ONLY else f"{weak} (--min-tests)"))
+                        continue
+                    if weak:
+                        st.weak[weak] += 1
+                        p.extra["weak_tests"] = weak
                     out.kept.append(p)
                     st.kept += 1
                 else:

@@ -96,6 +96,9 @@ def score_records(engine, records: list[tuple[int, dict]], on_done: Callable[[],
         res["line"] = n
         if "id" in rec:
             res["id"] = rec["id"]
+        extra = rec.get("extra_info")
+        if isinstance(extra, dict) and extra.get("weak_tests"):
+            res["weak_tests"] = str(extra["weak_tests"])  # flagged by `microcoder data prepare`
         if on_done is not None:
             on_done()
         return res

@@ -27,26 +27,29 @@ Call-based decoding, per test (``"5"`` in a JSON-lines test is the int 5; the st
     and LCB ``json.loads`` it; undecodable = GroundTruthError naming the test); LCB-typed list tests
     (``testtype``) decode a string output whatever the input (LCB does); otherwise the output is the
     expected value itself (APPS/TACO native: the string "5" stays a string).
-  * ``[result]`` unwrapping (``apps_unwrap``: an expected 1-element list ``[x]`` also accepts a return value
-    equal to ``x``, as APPS, TACO and ``prime_code`` do): every test of the dict shape, and PrimeIntellect
-    list tests (``"type": "function_call"`` or a per-test ``fn_name``: rLLM judges them with TACO's
-    evaluator); never LCB/rLLM tests (``testtype``), which LCB compares as they are. Unlike ``prime_code``
-    (``output == expected[0]`` for any non-empty list) only 1-element lists unwrap.
+  * ``[result]`` unwrapping, only where the encoding needs it (:func:`_unwrap_apps`): APPS stores each
+    call-based output wrapped as ``[result]``, so a suite of APPS/TACO-native tests (dict shape with
+    positional-argument lists, PrimeIntellect ``function_call`` tests, which come from TACO) whose outputs are
+    all one-element lists expects the elements; every other suite (verl/PRIME JSON texts, ours, LCB, rLLM, an
+    APPS-native suite with any other output) is compared as stored. Never "either": TACO's and ``prime_code``'s
+    ``output == expected or output == expected[0]`` accepted ``[a, b]`` for ``[[a, b]]`` and ``[]`` for
+    ``[[]]``, which LeetCode rejects.
   * not emulated: ``prime_code``'s conversion of a first dict argument's keys to int (JSON object keys stay
     strings); returned dicts compare with keys as strings (``compare.values_equal``).
 
 Formats, one line each (where fn_name comes from / inputs / outputs / unwrap):
-  verl/PRIME    dict, ``fn_name`` key or extra_info; inputs JSON-lines strings; outputs JSON texts, decoded; unwrap.
+  verl/PRIME    dict, ``fn_name`` key or extra_info; inputs JSON-lines strings; outputs JSON texts, decoded; no
+                unwrap (the JSON text is the value).
   APPS/TACO     dict, ``fn_name`` key; inputs lists of positional args; outputs values (APPS wraps as
-                ``[result]``); unwrap. Without fn_name: stdin, each input/output a string or a list of lines
-                (joined with ``\\n``).
-  ours          dict, ``fn_name`` key; inputs dicts of keyword args (or the above); outputs values; unwrap.
+                ``[result]``); unwrapped when every output is wrapped. Without fn_name: stdin, each input/output a
+                string or a list of lines (joined with ``\\n``).
+  ours          dict, ``fn_name`` key; inputs dicts of keyword args (or the above); outputs values; no unwrap.
   LCB           list, ``"testtype": "functional"``, fn_name from the wrapper (``fn_name``/``metadata``) or
                 extra_info (``fn_name``/``metadata``); inputs JSON lines; outputs JSON texts; no unwrap.
                 ``"testtype": "stdin"``: input/output strings.
   rLLM/DeepCoder list as LCB, fn_name in each test's ``metadata.func_name`` (``null`` on stdin rows).
   PrimeIntellect list, ``"type": "function_call"`` with a per-test ``fn_name``; native inputs (args list)
-                and outputs; unwrap. ``"type": "stdin_stdout"``: strings.
+                and outputs; unwrapped as APPS. ``"type": "stdin_stdout"``: strings.
   CodeContests  list ``[{"input": {"stdin": s}, "output": {"stdout": s}}]`` (SandboxFusion); stdin.
   codeforces    list ``[{"input": s, "output": s}]`` without type or fn_name (rLLM codeforces): stdin.
   Untyped list tests under a wrapper/extra_info fn_name decode as LCB (no unwrap). Stdin and call tests
@@ -79,8 +82,8 @@ class GroundTruthError(ValueError):
 @dataclass
 class TestCase:
     input: Any  # stdin: str; call: {"args": list, "kwargs": dict}
-    expected: Any  # stdin: str; call: JSON value
-    apps_unwrap: bool = False
+    expected: Any  # stdin: str; call: JSON value (APPS-wrapped outputs already unwrapped: :func:`_unwrap_apps`)
+    apps_native: bool = False  #: an APPS/TACO-native call test (positional-argument list, output as stored)
 
 
 @dataclass
@@ -257,12 +260,24 @@ def _json_output(v, what: str):
                                ) from None
 
 
-def _call_test(inp, out, what_in: str, what_out: str, *, decode_output: bool, unwrap: bool) -> TestCase:
+def _call_test(inp, out, what_in: str, what_out: str, *, decode_output: bool, apps: bool) -> TestCase:
     args = _call_input(inp, what_in)
     out = _plain(out)
     if isinstance(out, str) and (decode_output or isinstance(inp, str)):
         out = _json_output(out, what_out)
-    return TestCase(args, out, apps_unwrap=unwrap)
+    return TestCase(args, out, apps_native=apps and isinstance(inp, (list, tuple)))
+
+
+def _unwrap_apps(tests: list[TestCase]) -> list[TestCase]:
+    """APPS stores every call-based output wrapped as ``[result]``: a suite of APPS/TACO-native tests whose outputs
+    are ALL one-element lists is such a row, and each test expects the element itself, compared as it is (a value
+    of another shape, the wrapped ``[result]`` included, is wrong). Any other suite is left as stored. (TACO's and
+    ``prime_code``'s judges accept either ``result`` or ``[result]`` for any one-element list, in every row: a
+    program returning ``[a, b]`` where the list of pairs ``[[a, b]]`` is expected passed there.)"""
+    if tests and all(t.apps_native and isinstance(t.expected, list) and len(t.expected) == 1 for t in tests):
+        for t in tests:
+            t.expected = t.expected[0]
+    return tests
 
 
 def _parse_dict(gt: dict, extra_info) -> TestSuite:
@@ -276,9 +291,9 @@ def _parse_dict(gt: dict, extra_info) -> TestSuite:
         tests = [TestCase(_text(i, f"inputs[{k}]"), _text(o, f"outputs[{k}]"))
                  for k, (i, o) in enumerate(zip(inputs, outputs))]
         return TestSuite("stdin", tests)
-    tests = [_call_test(i, o, f"inputs[{k}]", f"outputs[{k}]", decode_output=False, unwrap=True)
+    tests = [_call_test(i, o, f"inputs[{k}]", f"outputs[{k}]", decode_output=False, apps=True)
              for k, (i, o) in enumerate(zip(inputs, outputs))]
-    return TestSuite("call", tests, fn_name=fn_name)
+    return TestSuite("call", _unwrap_apps(tests), fn_name=fn_name)
 
 
 def _parse_list(items: list, meta: dict, extra_info) -> TestSuite:
@@ -317,13 +332,15 @@ def _parse_list(items: list, meta: dict, extra_info) -> TestSuite:
         else:
             prime_intellect = t.get("type") == "function_call" or (not lcb and t.get("fn_name") is not None)
             tests.append(_call_test(inp, out, f"tests[{k}].input", f"tests[{k}].output", decode_output=lcb,
-                                    unwrap=prime_intellect))
+                                    apps=prime_intellect))
     if len(modes) > 1:
         raise GroundTruthError("tests mix stdin and functional test types")
     mode = modes.pop() if modes else "stdin"
     if mode == "call" and not fn_name:
         raise GroundTruthError("functional tests need 'fn_name' (in the ground truth, in each test's "
                                "metadata.func_name, or in extra_info fn_name/metadata)")
+    if mode == "call":
+        tests = _unwrap_apps(tests)
     return TestSuite(mode, tests, fn_name=fn_name if mode == "call" else None)
 
 

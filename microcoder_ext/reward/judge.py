@@ -78,9 +78,6 @@ def judge(test: TestCase, msg: dict, suite: TestSuite) -> tuple[bool, str, str]:
                                  unordered=suite.unordered)
     else:
         ok, why = match_json(test.expected, actual, float_tol=suite.float_tol, unordered=suite.unordered)
-        if not ok and test.apps_unwrap and isinstance(test.expected, list) and len(test.expected) == 1:
-            ok2, _ = match_json(test.expected[0], actual, float_tol=suite.float_tol, unordered=suite.unordered)
-            ok = ok2 or ok
     return ok, V.WRONG_ANSWER, why
 
 

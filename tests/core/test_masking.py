@@ -174,7 +174,26 @@ def test_components_and_metrics():
         "microcoder/eligible_frac": 0.25,
         "microcoder/repeat_frac": 0.25,
         "microcoder/masked_frac": 0.25,
+        "microcoder/truncated_no_answer_frac": 0.0,
+        "microcoder/masked_no_answer_frac": 0.0,
     }
+
+
+def test_masked_no_answer_is_the_blind_spot_metric():
+    """A response that never closes its code block and runs to the budget (``no_answer``) is masked under
+    ``non_incorrect`` (spared a penalty), never under ``correct_only``: the metric counts exactly those."""
+    rows = [NON_REPEATING, NON_REPEATING, NON_REPEATING, SHORT]
+    verdicts = ["no_answer", "correct", "wrong_answer", "no_answer"]
+    responses, lengths = _batch(rows)
+    r = truncation_mask_components(responses, lengths, L_MAX, verdicts, rho=1.0, m=M)
+    got = mask_metrics(r)
+    assert got["microcoder/masked_frac"] == 0.5  # the no_answer and the correct one, both truncated
+    assert got["microcoder/truncated_no_answer_frac"] == 0.25  # the short no_answer is not truncated
+    assert got["microcoder/masked_no_answer_frac"] == 0.25
+    r = truncation_mask_components(responses, lengths, L_MAX, verdicts, rho=1.0, m=M, mode="correct_only")
+    got = mask_metrics(r)
+    assert got["microcoder/masked_frac"] == 0.25 and got["microcoder/masked_no_answer_frac"] == 0.0
+    assert got["microcoder/truncated_no_answer_frac"] == 0.25
 
 
 def test_output_type_and_shape():

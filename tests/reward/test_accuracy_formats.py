@@ -36,6 +36,7 @@ import pytest
 from microcoder_ext.core import verdicts as V
 from microcoder_ext.reward import evaluate_response
 from microcoder_ext.reward.compare import compare_stdout, values_equal
+from microcoder_ext.reward.ground_truth import parse_ground_truth
 from microcoder_ext.reward.leetcode import missing_judge_modules
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -84,28 +85,18 @@ def _excluded(p, encoding) -> str | None:
     return None
 
 
-def _call_judged_equal(expected, actual, *, unwrap, unordered) -> bool:
-    """Our call-based comparison of one test (``judge``): structural, plus APPS ``[result]`` unwrapping."""
-    if values_equal(expected, actual, unordered=unordered):
-        return True
-    return (unwrap and isinstance(expected, list) and len(expected) == 1
-            and values_equal(expected[0], actual, unordered=unordered))
-
-
-def _mutant_detectable(p, encoding, variant, i) -> bool:
+def _mutant_detectable(p, encoding, variant, i, expected=None) -> bool:
     """Whether the mutation of test ``i``'s answer is certainly judged wrong. Node results always are (one more
-    node); a value mutant ``v_last_off(r)`` returns ``[r]`` for ``None``/dicts, which EQUALS the APPS-wrapped
-    expected ``[r]``, and leaves inf/nan unchanged: such tests are excluded here, explicitly."""
+    node); a value mutant ``v_last_off(r)`` leaves inf/nan unchanged: such tests are excluded here, explicitly.
+    ``expected``: test ``i``'s expected value as the reward parsed it (APPS-wrapped outputs unwrapped)."""
     if encoding == "stdin":
         exp = rd.stdin_expected(p, i)
         return not compare_stdout(exp, rd._T["t_last_off"](exp))[0]
     if p["return_type"]:
         return True
     out = p["outputs"][i]
-    wrapped = encoding == "apps" and variant == "wrapped"
-    unwrap = encoding in ("ours", "prime", "apps")  # the dict shape unwraps; LCB/rLLM lists never do
-    return not _call_judged_equal([out] if wrapped else out, rd._T["v_last_off"](out), unwrap=unwrap,
-                                  unordered=p["unordered"])
+    return not values_equal(out if expected is None else expected, rd._T["v_last_off"](out),
+                            unordered=p["unordered"])
 
 
 def _last_is_distinct(p, encoding) -> bool:
@@ -145,18 +136,19 @@ def build_jobs(ps, encoding):
                 return code if kind == "reference" else rd.stdin_program(code, kind, last)
             return rd.call_program(code, p["fn"], kind, last, return_type=ret)
 
+        parsed = None if stdin else [t.expected for t in parse_ground_truth(gt, extra).tests]
         jobs.append((p["id"], "reference", code, gt, extra, "pass"))
         counts["reference"] += 1
         if not _last_is_distinct(p, encoding):
             leave("last test's input also an earlier test's", "not_mutated")
-        elif not _mutant_detectable(p, encoding, variant, n - 1):
+        elif not _mutant_detectable(p, encoding, variant, n - 1, parsed and parsed[n - 1]):
             leave("last-test mutation not a wrong answer", "not_mutated")
         else:
             last = rd.stdin_input(p, n - 1) if stdin else rd.node_args_canonical(p, n - 1)
             jobs.append((p["id"], "last_test", program("last_test", last), gt, extra, n - 1))
             counts["last_test"] += 1
         if n > 1:  # n == 1: the last-test mutant is this one
-            if all(_mutant_detectable(p, encoding, variant, i) for i in range(n)):
+            if all(_mutant_detectable(p, encoding, variant, i, parsed and parsed[i]) for i in range(n)):
                 jobs.append((p["id"], "every_test", program("every_test"), gt, extra, 0))
                 counts["every_test"] += 1
             else:

@@ -51,6 +51,25 @@ def test_eval_code_prints_verdict_table(tmp_path, capsys):
     assert [r["id"] for r in res] == ["a", "b", "c", "d"] and [r["line"] for r in res] == [1, 2, 3, 4]
 
 
+def test_eval_code_reports_records_with_weak_tests(tmp_path, capsys):
+    """Fewer than --min-tests tests, or flagged ``weak_tests`` by ``microcoder data prepare``: counted, with how many
+    of them passed."""
+    many = {"inputs": [f"{k}\n" for k in range(6)], "outputs": [f"{k}\n" for k in range(6)]}
+    echo = "```python\nprint(input())\n```"
+    rows = [{"response": echo, "ground_truth": {"inputs": ["1\n"], "outputs": ["1\n"]}},
+            {"response": echo, "ground_truth": many},
+            {"response": echo, "ground_truth": many, "extra_info": {"weak_tests": "examples only"}}]
+    src = _write(tmp_path / "in.jsonl", [json.dumps(r) for r in rows])
+    out = tmp_path / "out.jsonl"
+    assert main(["eval-code", str(src), "-o", str(out), "--no-progress", "--workers", "1"]) == 0
+    table = capsys.readouterr().out
+    assert _count(table, "weak_tests") == 2 and "2 of them correct" in table, table
+    assert [r.get("weak_tests") for r in map(json.loads, out.read_text().splitlines())] == [None, None,
+                                                                                             "examples only"]
+    assert main(["eval-code", str(src), "--no-progress", "--workers", "1", "--min-tests", "0"]) == 0
+    assert _count(capsys.readouterr().out, "weak_tests") == 1
+
+
 @pytest.mark.parametrize("kind", ["missing", "directory"])
 def test_unreadable_input_is_one_line_and_exit_2(tmp_path, capsys, no_scoring, kind):
     path = tmp_path / "missing.jsonl"

@@ -30,7 +30,7 @@ def test_verl_prime_strings_decode_inputs_and_outputs():
     assert s.mode == "call" and s.fn_name == "f"
     assert _args(s) == [{"args": [[1, 2], 3], "kwargs": {}}, {"args": ["5", []], "kwargs": {}}]
     assert _expected(s) == [[2, 2, 1], "5"]  # JSON texts decoded: "[2, 2, 1]" is a list, '"5"' the string 5
-    assert all(t.apps_unwrap for t in s.tests)  # prime_code accepts output == expected[0] as well
+    assert not any(t.apps_native for t in s.tests)  # the JSON text is the value: compared as it is (no unwrap)
 
 
 def test_verl_prime_json_number_text_is_a_number():
@@ -53,13 +53,21 @@ def test_apps_native_lists_keep_outputs_as_values():
     """APPS/TACO native: inputs are argument lists; outputs are values (the string "5" stays a string)."""
     s = parse_ground_truth({"fn_name": "f", "inputs": [[1, 2], [[3]], ["x"]], "outputs": [[3], "5", ["abc"]]})
     assert _args(s) == [{"args": [1, 2], "kwargs": {}}, {"args": [[3]], "kwargs": {}}, {"args": ["x"], "kwargs": {}}]
-    assert _expected(s) == [[3], "5", ["abc"]]
-    assert all(t.apps_unwrap for t in s.tests)
+    assert _expected(s) == [[3], "5", ["abc"]]  # not every output is a one-element list: no APPS wrapping
+    assert all(t.apps_native for t in s.tests)
+
+
+def test_apps_wrapped_outputs_expect_the_element_only():
+    """APPS stores every call-based output as ``[result]``: such a suite expects the elements."""
+    s = parse_ground_truth({"fn_name": "f", "inputs": [[1, 2], [[3]]], "outputs": [[3], [[1, 2]]]})
+    assert _expected(s) == [3, [1, 2]]
+    s = parse_ground_truth({"fn_name": "f", "inputs": ["[1, 2]", "[]"], "outputs": ["[[1, 2]]", "[[]]"]})
+    assert _expected(s) == [[[1, 2]], [[]]]  # verl/PRIME JSON texts: the values as they are
 
 
 def test_ours_keyword_arguments():
     s = parse_ground_truth({"fn_name": "f", "inputs": [{"a": 1, "b": [2]}], "outputs": [3]})
-    assert _args(s) == [{"args": [], "kwargs": {"a": 1, "b": [2]}}] and s.tests[0].apps_unwrap
+    assert _args(s) == [{"args": [], "kwargs": {"a": 1, "b": [2]}}] and not s.tests[0].apps_native
 
 
 def test_apps_call_based_forms_mixed():
@@ -113,7 +121,7 @@ def test_null_func_name_means_stdin():
 def test_livecodebench_functional_decodes_json_and_never_unwraps():
     s = parse_ground_truth({"fn_name": "g", "tests": [{"input": "[1]\n2", "output": "[3]", "testtype": "functional"}]})
     assert s.mode == "call" and _args(s) == [{"args": [[1], 2], "kwargs": {}}]
-    assert s.tests[0].expected == [3] and not s.tests[0].apps_unwrap
+    assert s.tests[0].expected == [3] and not s.tests[0].apps_native
 
 
 def test_livecodebench_functional_decodes_string_output_even_with_list_input():
@@ -125,14 +133,14 @@ def test_rllm_deepcoder_per_test_metadata():
     tests = [{"input": "[1, 2]\n3", "output": "6", "testtype": "functional", "metadata": {"func_name": "mul"}},
              {"input": "[5]\n2", "output": "10", "testtype": "functional", "metadata": {"func_name": "mul"}}]
     s = parse_ground_truth(json.dumps(tests))
-    assert s.fn_name == "mul" and _expected(s) == [6, 10] and not any(t.apps_unwrap for t in s.tests)
+    assert s.fn_name == "mul" and _expected(s) == [6, 10] and not any(t.apps_native for t in s.tests)
 
 
 def test_prime_intellect_function_call_native_and_unwrapped():
     tests = [{"input": [[1, 2], 3], "output": [6], "type": "function_call", "fn_name": "f"}]
     s = parse_ground_truth({"test_cases": tests, "language": "python"})
-    assert _args(s) == [{"args": [[1, 2], 3], "kwargs": {}}] and _expected(s) == [[6]]
-    assert s.tests[0].apps_unwrap
+    assert _args(s) == [{"args": [[1, 2], 3], "kwargs": {}}] and _expected(s) == [6]  # TACO's [result], unwrapped
+    assert s.tests[0].apps_native
     s = parse_ground_truth([{"input": "1 2\n", "output": "3\n", "type": "stdin_stdout"}])
     assert s.mode == "stdin" and s.tests[0].input == "1 2\n"
 
@@ -148,7 +156,7 @@ def test_stdin_lists_livecodebench_codecontests_codeforces():
 
 def test_tests_wrapper_json_string_and_untyped_functional():
     s = parse_ground_truth({"tests": json.dumps([{"input": "[1]", "output": "1"}]), "fn_name": "h"})
-    assert s.fn_name == "h" and _expected(s) == [1] and not s.tests[0].apps_unwrap
+    assert s.fn_name == "h" and _expected(s) == [1] and not s.tests[0].apps_native
 
 
 def test_options_and_checker():

@@ -1,32 +1,35 @@
 """Runs inside a child forked by the worker's fork server (W) ahead of its job: apply every sandbox layer, then run
-the program that the job process (M) sends on the control pipe.
+the program that the job process (M) sends on the control pipe, once per test, each time in a fresh process.
+
+The child (the launcher, L) compiles the program but never runs it: per test it forks a test process (T) from its
+own clean state; T adds the last layer (this test's CPU limit, the seccomp filter, which also forbids any further
+fork) and runs the program once. So no state passes from one test to the next (module globals, ``sys.modules``,
+builtins, threads, unflushed output, files in the temp dir, which L empties between tests, resource limits, CPU
+time): every test starts as a fresh ``python solution.py`` would, and a test's CPU budget is its own.
 
 Status records go to fd 3 as ``<nonce> <json>\\n`` lines (the worker ignores lines without the nonce):
-  any mode:   ``{"s": "setup_failed", "e": msg}`` when a sandbox layer could not be applied
-              (infrastructure), else ``{"s": "ready", "c": cpu}`` once every layer is on, before the program runs;
-  stdin mode: per test ``{"i": i, "s": "end", "r": "ok"|"exception"|"memory", "e": msg, "x": 0|1}`` (``x`` = 1:
-              this child exits instead of running the next test), or ``{"i": i, "s": "compile_error", "e": msg}``
-  call mode:  per test ``{"i": i, "s": "ok", "v": <json text of the return value>, "c": cpu}`` or
-              ``{"i": i, "s": "exception"|"memory"|"unserialisable"|"compile_error", "e": msg, "c": cpu}``
-              (``c``: this process's CPU seconds when the test ended, where the job process starts the next
-              test's CPU budget; it trusts the value only between the previous start and its own reading)
-The child never sees expected outputs: only the program, the inputs and its own nonce. One child runs every
-test of its job (stdin tests one after another in fresh namespaces, call-based tests as calls) until it
-crashes or must not be reused; the job process then takes a fresh one for the remaining tests. Tests of
-one job share a process, never tests of two jobs (two samples).
+  L, any mode: ``{"s": "setup_failed", "e": msg}`` when a sandbox layer could not be applied (infrastructure),
+               else ``{"s": "ready", "c": cpu}`` once every layer is on; ``{"i", "s": "compile_error", "e"}``
+  T, stdin:    ``{"i": i, "s": "end", "r": "ok"|"exception"|"memory", "e": msg}`` when the run ended
+  T, call:     ``{"i": i, "s": "ok", "v": <json text of the return value>}`` or
+               ``{"i": i, "s": "exception"|"memory"|"unserialisable", "e": msg}``
+and L's own per-test records with a secret no program ever sees (:func:`_launch_tests`): ``start`` (T's pid) and
+``exit`` (T's wait status). A test ends on its ``exit`` record; T's records only add what its exit status cannot
+say (the return value, the exception's text).
+
+The children never see expected outputs: only the program, its own test's input and the nonce. Tests of one job
+run in processes forked from one launcher, never tests of two jobs (two samples); a launcher killed at a timeout
+is replaced by a fresh one for the remaining tests.
 
 Compiled-code cache: the first child of a job that compiles the program stores ``marshal.dumps`` of the code
 object in the job's ``code`` memfd (after every sandbox layer is on); later children of the same job load it
 from there instead of compiling again (the job process copies the first child's memfd into the next one's with
 ``copy_file_range``). The job process never reads that memfd into its memory, so it never parses anything a
-program could have written; a child that finds the
-blob unusable (absent, foreign source hash, not loadable) just compiles. What a program can do through it
-(make a later child of the same job run other code) it can already do by writing a file to the job's
-tmpdir that its later runs read and exec; and it cannot even do that: every child closes the descriptor
-right after loading or storing the code, before the program runs. The nonce is not
-a secret from the program (same process: it can walk the frames or scan memory for it); it only keeps a
-premature exit from looking like success. What a forged record can claim is bounded by the worker: an
-output it could have printed anyway, never ``setup_failed`` after ``ready``, never a huge integer.
+program could have written; a child that finds the blob unusable (absent, foreign source hash, not loadable) just
+compiles. Every launcher closes the descriptor right after loading or storing the code, before any test process
+exists. The nonce is not a secret from the program (it can scan its memory for it); it only keeps a premature exit
+from looking like success. What a forged record can claim is bounded by the worker: an output it could have
+printed anyway, never ``setup_failed`` after ``ready``, never a huge integer, never the end of a test.
 """
 
 from __future__ import annotations
@@ -38,7 +41,9 @@ import hashlib
 import io
 import json
 import marshal
+import math
 import os
+import resource
 import signal
 import sys
 import threading
@@ -121,7 +126,8 @@ def prepare(fds: dict, parent_pid: int, libc) -> None:
 
 
 def enter(spec: dict, libc) -> None:
-    """Stage 2, once the job is known: rlimits, uid, landlock, seccomp, environment (in this order)."""
+    """Stage 2, once the job is known: rlimits, uid, landlock, environment (in this order); seccomp is stage 3, in
+    each test's own process (:func:`_test_process`)."""
     lim = spec["limits"]
     limits.apply_rlimits(address_space_bytes=lim["memory_bytes"], cpu_seconds=lim["cpu_seconds"],
                          file_size_bytes=lim["file_size_bytes"], open_files=lim["open_files"],
@@ -136,8 +142,7 @@ def enter(spec: dict, libc) -> None:
         libc.prctl(seccomp_bpf.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
         _landlock.restrict_self(RULESET_FD, libc)
     os.close(RULESET_FD)
-    if layers.get("seccomp"):
-        seccomp_bpf.install(seccomp_bpf.program_for(os.getpid()), libc)
+    # the seccomp filter goes on in each test's process (it forbids fork, which this launcher needs)
     os.environ.clear()
     os.environ.update({"PATH": "/usr/bin:/bin", "HOME": spec["tmpdir"], "TMPDIR": spec["tmpdir"], "LANG": "C.UTF-8",
                        "PYTHONHASHSEED": "0", "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"})
@@ -254,14 +259,9 @@ def run(spec: dict | None, fds: dict, libc) -> None:
                 _emit(nonce, {"s": "setup_failed", "e": f"{type(e).__name__}: {e}"[:MAX_ERR]})
         finally:
             os._exit(120)
-    # From here on the program runs in this process and can write anything to fd 3 (it can find the nonce
-    # in memory): the worker accepts "setup_failed" only before "ready", so nothing the program does can
-    # turn its run into sandbox_error (which would mask the sample from the loss).
     try:
-        if spec["mode"] == "stdin":
-            _run_stdin(spec, nonce)
-        else:
-            _run_calls(spec, _main_namespace(spec["tmpdir"]), nonce)
+        code = _compile(spec, nonce, spec["start"])  # a compile error ends this child (compile_error record)
+        _launch_tests(spec, code, nonce, libc)
     except BaseException:
         pass
     os._exit(121)
@@ -348,37 +348,167 @@ def _store_code(code, digest, file_size_limit: int) -> None:
             pass
 
 
-def _run_stdin(spec: dict, nonce: str) -> None:
-    """Run the program once per stdin test, tests ``start..`` in this process: the job process puts each
-    test's input in the stdin memfd and (from the second test on) sends one byte on the control pipe; every
-    run gets fresh stdio, a fresh ``__main__``, the builtins as they were, and ends like an interpreter exit
-    (non-daemon threads joined, ``atexit`` handlers run, streams flushed). After each run one record
-    ``{"i", "s": "end", "r", "e", "x"}``; ``x`` = 1 when this process will exit instead of running the next
-    test (a MemoryError, or state a later run must not inherit: a stdio descriptor closed or replaced, a thread
-    still running), so that the job process starts a fresh child for the rest. The job process itself checks
-    every resource limit and the scheduling of this process before it sends the next byte (the program can
-    fake what this process's own ``resource`` module says, not what ``prlimit`` says), and starts each test's
-    CPU budget (``cpu_clock``) right before it.
-    """
+# --- the launcher: one fresh process per test --------------------------------------------------------------
+
+def _launch_tests(spec: dict, code, nonce: str, libc) -> None:
+    """This process (the launcher, L) never runs the program: per test it forks a fresh process (T) from its own
+    state, in which nothing of any earlier test exists (no module, global, builtin, thread, buffered output, file,
+    limit or CPU time of it), and T runs the program once. Each T is forked one test ahead and waits, fully
+    sandboxed, for its test (its fork and set-up overlap the previous test's run), then L releases it.
+
+    Per test, from the job process on the control pipe: ``b"n"`` (the test's input is in the stdin memfd), then a
+    fresh secret line, read only after the test's T exists, so that its program never knows it (a T forked later
+    holds only secrets of tests already over). L's own records, ``\\n<secret> {"s": "start", "i", "p": T's pid,
+    "c": T's CPU seconds at its release}`` and ``\\n<secret> {"s": "exit", "i", "w": wait status, "clean": bool}``,
+    are therefore unforgeable: the job process times and kills T by them and ends each test on its "exit" record.
+    Between tests L empties its temp dir (``clean`` false: a program's files could not all be removed, and the job
+    process starts a fresh child for the rest)."""
     start, n = spec["start"], spec["n_tests"]
-    code = _compile(spec, nonce, start)
-    pristine = dict(vars(builtins))
-    fd_ids = [_fd_id(fd) for fd in BACKUP_FDS]
+    test_cpu = int(math.ceil(float(spec["limits"]["per_test_cpu_seconds"]))) + 1
+    seccomp = bool(spec["layers"].get("seccomp"))
+    me = os.getpid()
+    ahead = _fork_test_process(spec, code, nonce, libc, me, test_cpu, seccomp)
     for i in range(start, n):
-        if i != start and os.read(CTL_FD, 1) != b"n":
-            os._exit(0)  # the job process is done with this child
-        for fd, backup in zip((STDIN_FD, STDOUT_FD, STDERR_FD), BACKUP_FDS):
-            os.dup2(backup, fd, inheritable=False)
-        _fresh_stdio()
-        g = _main_namespace(spec["tmpdir"])
-        status, err = _run_main(code, g)
-        g.clear()  # breaks the namespace's reference cycles: the program's data goes now, not at the next GC
-        _restore_builtins(pristine)
-        keep = status != "memory" and [_fd_id(fd) for fd in BACKUP_FDS] == fd_ids and len(sys._current_frames()) == 1
-        _emit(nonce, {"i": i, "s": "end", "r": status, "e": err, "x": 0 if keep else 1})
-        if not keep:
+        if os.read(CTL_FD, 1) != b"n":
+            os._exit(0)  # the job process is done with this child (the T forked ahead dies with it)
+        pid, go = ahead
+        cpu0 = _cpu_of(pid)
+        try:
+            os.write(go, i.to_bytes(8, "little"))
+        except OSError:
+            pass  # it is gone: its exit status says how
+        os.close(go)
+        secret = _read_line(CTL_FD)
+        if secret is None:
+            os._exit(0)
+        _emit_l(secret, {"s": "start", "i": i, "p": pid, "c": cpu0})
+        ahead = _fork_test_process(spec, code, nonce, libc, me, test_cpu, seccomp) if i + 1 < n else None
+        _, status = os.waitpid(pid, 0)
+        clean = _empty_cwd()
+        _emit_l(secret, {"s": "exit", "i": i, "w": status, "clean": clean})
+        if not clean:
             os._exit(0)
     os._exit(0)
+
+
+def _fork_test_process(spec, code, nonce, libc, launcher, test_cpu, seccomp) -> tuple[int, int]:
+    """Fork the next test process; it sets itself up and waits for its test index on a pipe of its own. Returns
+    (its pid, the pipe's write end)."""
+    r, w = os.pipe2(os.O_CLOEXEC)
+    pid = os.fork()
+    if pid == 0:
+        os.close(w)
+        _test_process(spec, code, nonce, libc, launcher, test_cpu, seccomp, r)
+    os.close(r)
+    return pid, w
+
+
+def _cpu_of(pid: int) -> float:
+    """Process ``pid``'s CPU seconds (0.0 if it cannot be read)."""
+    try:
+        return round(_clock_gettime(((~pid) << 3) | 2), 6)
+    except BaseException:
+        return 0.0
+
+
+def _read_line(fd: int) -> bytes | None:
+    buf = bytearray()
+    while not buf.endswith(b"\n"):
+        chunk = os.read(fd, 64)
+        if not chunk:
+            return None
+        buf += chunk
+    return bytes(buf[:-1])
+
+
+def _emit_l(secret: bytes, rec: dict) -> None:
+    """A record of the launcher. The leading newline ends whatever partial line a program left on the pipe."""
+    data = b"\n" + secret + b" " + _json_dumps(rec, separators=(",", ":")).encode() + b"\n"
+    view = memoryview(data)
+    while view:
+        view = view[os.write(RESULT_FD, view):]
+
+
+def _empty_cwd() -> bool:
+    """Remove everything in the launcher's working directory (the child's temp dir); whether it is empty now."""
+    from . import tree
+
+    try:
+        fd = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        names = os.listdir(fd)
+        for name in names:
+            if tree._remove_at(fd, name, 1_000_000) is not None:
+                return False
+        return not os.listdir(fd)
+    except BaseException:
+        return False
+    finally:
+        os.close(fd)
+
+
+def _test_process(spec: dict, code, nonce: str, libc, launcher: int, test_cpu: int, seccomp: bool, go: int):
+    """In T, forked by the launcher; never returns. Sandbox stage 3 (its CPU limit, death with the launcher, the
+    seccomp filter, which forbids any further fork), then it waits for its test index on ``go`` and runs the
+    program once: ``python solution.py`` with the test's input (stdin mode) or one call of the function (call
+    mode). Exit code 0: it ended normally (call mode: its value is in an ``ok`` record); 1: an exception (the
+    record says which); 3: MemoryError."""
+    failed = None
+    try:
+        os.close(CTL_FD)  # the launcher's control pipe (and the secrets still in it) stay out of reach
+        resource.setrlimit(resource.RLIMIT_CPU, (test_cpu, test_cpu + 1))
+        limits.die_with_parent(libc, launcher)
+        if seccomp:
+            seccomp_bpf.install(seccomp_bpf.program_for(os.getpid()), libc)
+    except BaseException as e:  # the program must not run: a failed test, never a pass
+        failed = f"sandbox: the test process could not be set up: {type(e).__name__}: {e}"[:MAX_ERR]
+    g = None
+    if not failed:
+        try:  # what does not depend on the test: fresh stdio on the job's memfds, a fresh __main__
+            if spec["mode"] == "stdin":
+                for fd, backup in zip((STDIN_FD, STDOUT_FD, STDERR_FD), BACKUP_FDS):
+                    os.dup2(backup, fd, inheritable=False)
+            _fresh_stdio()
+            g = _main_namespace(spec["tmpdir"])
+        except BaseException as e:
+            failed = f"sandbox: the test process could not be set up: {type(e).__name__}: {e}"[:MAX_ERR]
+    try:
+        data = os.read(go, 8)
+        os.close(go)
+    except BaseException:
+        os._exit(EXIT_SETUP)
+    if len(data) != 8:
+        os._exit(0)  # the launcher is gone, or had no test for it
+    i = int.from_bytes(data, "little")
+    if failed:
+        try:
+            _emit(nonce, {"i": i, "s": "end" if spec["mode"] == "stdin" else "exception", "r": "exception",
+                          "e": failed})
+        finally:
+            os._exit(EXIT_SETUP)
+    try:
+        if spec["mode"] == "stdin":
+            _run_stdin_test(code, g, nonce, i)
+        else:
+            _run_call_test(code, spec, g, nonce, i)
+    except BaseException:
+        pass
+    os._exit(1)
+
+
+EXIT_OK, EXIT_EXCEPTION, EXIT_MEMORY, EXIT_SETUP = 0, 1, 3, 120
+_EXIT_OF = {"ok": EXIT_OK, "exception": EXIT_EXCEPTION, "memory": EXIT_MEMORY}
+
+
+def _run_stdin_test(code, g: dict, nonce: str, i: int) -> None:
+    """One run of a stdin program in the fresh namespace ``g``, as ``python solution.py < input`` (non-daemon
+    threads joined, ``atexit`` handlers run, streams flushed), then the record ``{"i", "s": "end", "r", "e"}`` and
+    the matching exit code."""
+    status, err = _run_main(code, g)
+    _emit(nonce, {"i": i, "s": "end", "r": status, "e": err})
+    os._exit(_EXIT_OF[status])
 
 
 def _run_main(code, g: dict) -> tuple[str, str]:
@@ -424,25 +554,6 @@ def _join_threads() -> None:
     for t in threading.enumerate():
         if t is not me and not t.daemon:
             t.join()
-
-
-def _fd_id(fd: int):
-    try:
-        st = os.fstat(fd)
-    except OSError:
-        return None
-    return st.st_dev, st.st_ino
-
-
-def _restore_builtins(pristine: dict, _current=vars(builtins), _list=list) -> None:
-    """Undo what a program did to ``builtins`` (``builtins.input = ...``), so the next run starts clean
-    (bound to the real dict and ``list`` at import: the program may have replaced ``builtins.vars``)."""
-    for k in _list(_current):
-        if k not in pristine:
-            del _current[k]
-    for k, v in pristine.items():
-        if _current.get(k) is not v:
-            _current[k] = v
 
 
 # --- call mode -----------------------------------------------------------------------------------------
@@ -525,54 +636,54 @@ def _resolve(g: dict, fn_name: str):
     return None
 
 
-def _run_calls(spec: dict, g: dict, nonce: str) -> None:
-    tests, start, fn_name = spec["tests"], spec["start"], spec["fn_name"]
+def _run_call_test(code, spec: dict, g: dict, nonce: str, i: int) -> None:
+    """One call-based test: the module runs (fresh), then one call of the function with this test's arguments,
+    which the job process put in the stdin memfd as JSON (``{"args": [...], "kwargs": {...}}``; read, then the
+    memfd is emptied: the program's stdin is empty). One record: ``{"i", "s": "ok", "v": <JSON text>}`` or
+    ``{"i", "s": "exception"|"memory"|"unserialisable", "e"}``; exit code 0 after ``ok``."""
+    size = os.fstat(STDIN_FD).st_size
+    test = json.loads(os.pread(STDIN_FD, size, 0)) if size else {}
+    os.ftruncate(STDIN_FD, 0)
+    fn_name = spec["fn_name"]
     arg_types, ret_type = spec.get("arg_types") or {}, spec.get("return_type")
     if "ListNode" in arg_types.values() or ret_type == "ListNode":
         g.setdefault("ListNode", _ListNode)
     if "TreeNode" in arg_types.values() or ret_type == "TreeNode":
         g.setdefault("TreeNode", _TreeNode)
-    code = _compile(spec, nonce, start)
+
+    def done(rec: dict, exit_code: int):
+        _emit(nonce, {"i": i, **rec})
+        _finish(exit_code)
+
     try:
         exec(code, g)
     except MemoryError:
-        _emit(nonce, {"i": start, "s": "memory", "e": "MemoryError at module level"})
-        _finish(1)
+        done({"s": "memory", "e": "MemoryError at module level"}, EXIT_MEMORY)
     except BaseException:
-        _emit(nonce, {"i": start, "s": "exception", "e": "at module level: " + _exc_text()})
-        _finish(1)
+        done({"s": "exception", "e": "at module level: " + _exc_text()}, EXIT_EXCEPTION)
     factory = _resolve(g, fn_name)
     if factory is None:
-        _emit(nonce, {"i": start, "s": "exception", "e": f"NameError: no function or Solution method {fn_name!r}"})
-        _finish(1)
-    for i in range(start, len(tests)):
-        test = tests[i]
-        try:
-            args = [_convert_in(a, arg_types.get(str(k)), g) for k, a in enumerate(test.get("args", []))]
-            kwargs = {k: _convert_in(v, arg_types.get(k), g) for k, v in (test.get("kwargs") or {}).items()}
-            value = factory()(*args, **kwargs)
-        except MemoryError:
-            _emit(nonce, {"i": i, "s": "memory", "e": "MemoryError", "c": _cpu()})
-            _finish(1)
-        except BaseException:
-            _emit(nonce, {"i": i, "s": "exception", "e": _exc_text(), "c": _cpu()})
-            continue
-        try:
-            if ret_type == "ListNode":
-                value = _from_linked(value)
-            elif ret_type == "TreeNode":
-                value = _from_tree(value)
-            text = _dumps(value)
-        except MemoryError:
-            _emit(nonce, {"i": i, "s": "memory", "e": "MemoryError while serialising", "c": _cpu()})
-            _finish(1)
-        except BaseException:
-            _emit(nonce, {"i": i, "s": "unserialisable", "e": f"return value of type {type(value).__name__} "
-                                                              f"is not JSON-serialisable: {_exc_text(300)}",
-                          "c": _cpu()})
-            continue
-        _emit(nonce, {"i": i, "s": "ok", "v": text, "c": _cpu()})
-    _finish(0)
+        done({"s": "exception", "e": f"NameError: no function or Solution method {fn_name!r}"}, EXIT_EXCEPTION)
+    try:
+        args = [_convert_in(a, arg_types.get(str(k)), g) for k, a in enumerate(test.get("args", []))]
+        kwargs = {k: _convert_in(v, arg_types.get(k), g) for k, v in (test.get("kwargs") or {}).items()}
+        value = factory()(*args, **kwargs)
+    except MemoryError:
+        done({"s": "memory", "e": "MemoryError"}, EXIT_MEMORY)
+    except BaseException:
+        done({"s": "exception", "e": _exc_text()}, EXIT_EXCEPTION)
+    try:
+        if ret_type == "ListNode":
+            value = _from_linked(value)
+        elif ret_type == "TreeNode":
+            value = _from_tree(value)
+        text = _dumps(value)
+    except MemoryError:
+        done({"s": "memory", "e": "MemoryError while serialising"}, EXIT_MEMORY)
+    except BaseException:
+        done({"s": "unserialisable", "e": f"return value of type {type(value).__name__} "
+                                          f"is not JSON-serialisable: {_exc_text(300)}"}, EXIT_EXCEPTION)
+    done({"s": "ok", "v": text}, EXIT_OK)
 
 
 # --- start-up probe --------------------------------------------------------------------------------------

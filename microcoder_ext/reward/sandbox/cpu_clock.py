@@ -4,7 +4,8 @@ A soft RLIMIT_CPU set by the child itself is no limit (a program may raise its o
 and the hard limit can only go down, so one child cannot get a fresh hard limit per test. Instead the job process
 reads the child's process CPU clock (``clock_gettime`` of ``MAKE_PROCESS_CPUCLOCK(pid, CPUCLOCK_SCHED)``:
 user + system time of every thread of the process, living and exited, in ns; nothing the child can change) and
-kills the child when a test has used its budget. Children cannot fork (seccomp), so the process is the whole tree.
+kills the child when a test has used its budget. Each test runs in a process of its own, which cannot fork (seccomp):
+the process is the whole tree, and its clock counts that test alone.
 
 The check needs no timer and no signal: a process cannot use CPU faster than ``cpus`` seconds per wall second, so
 after each look the next one is due when the rest of the budget could be used up at that rate at the earliest
@@ -29,12 +30,15 @@ def process_clock(pid: int) -> int:
 class CpuBudget:
     """``budget_s`` CPU seconds per test for process ``pid``; :meth:`start` at the start of each test."""
 
-    def __init__(self, pid: int, budget_s: float, cpus: int | None = None, min_step: float = 0.005):
+    def __init__(self, pid: int, budget_s: float, cpus: int | None = None, min_step: float = 0.005,
+                 base: float | None = None):
+        """``base``: the CPU seconds the budget counts from (default: the process's clock now; 0.0 for a process
+        whose every CPU second is the test's, from its birth)."""
         self.clock = process_clock(pid)
         self.budget = float(budget_s)
         self.cpus = max(1, cpus or os.cpu_count() or 1)
         self.min_step = min_step
-        self.base = self.now()
+        self.base = self.now() if base is None else float(base)
 
     def now(self) -> float:
         """The child's CPU seconds so far (the last value read once the process is gone)."""

@@ -31,6 +31,7 @@ from .cpu_clock import CpuBudget
 EXIT_REQUESTED, EXIT_EOF = 3, 4
 STATUS_WAIT_S = 10.0  # how long the fork server may take to report a child's exit
 CHILD_WAIT_S = 30.0  # ... or to hand over a child
+LAUNCHER_CPU_S = 600  # RLIMIT_CPU of a launcher (it forks and waits: ~1 ms of CPU per test)
 
 
 class ChildUnavailable(RuntimeError):
@@ -215,11 +216,12 @@ class JobServer:
         return {"timeout": timeout, "wall": float(lim.get("wall_timeout") or 2 * timeout + 1),
                 "memory_mb": int(lim.get("memory_mb") or self.cfg.get("memory_mb", 2048))}
 
-    def child_limits(self, lim: dict, n_tests: int, cap: int) -> dict:
-        """Keyword arguments of ``limits.planned_rlimits`` for a child that runs ``n_tests`` tests."""
+    def child_limits(self, lim: dict, cap: int) -> dict:
+        """Keyword arguments of ``limits.planned_rlimits`` for a child (the launcher; each test's process lowers
+        its CPU limit to the test's). Nothing in them depends on the number of tests (a program could read it)."""
         c = self.cfg
         return {"address_space_bytes": lim["memory_mb"] << 20,
-                "cpu_seconds": int(math.ceil(lim["timeout"] * n_tests)) + 1,  # backstop: the monitor is per test
+                "cpu_seconds": max(LAUNCHER_CPU_S, int(math.ceil(lim["timeout"])) + 1),
                 "file_size_bytes": cap + 1, "open_files": int(c.get("open_files", 64)),
                 "processes": int(c.get("processes", 256)), "stack_bytes": int(c.get("stack_mb", 256)) << 20}
 
@@ -275,26 +277,22 @@ class JobServer:
             i = nxt
 
     def _run_child(self, job: dict, state: dict, start: int) -> tuple[int, bool]:
-        """Run tests ``start..`` in one child. Returns (next index, stopped)."""
+        """Run tests ``start..`` with one child (a launcher: one fresh process per test). Returns (next index,
+        stopped)."""
         tests, lim, uid = job["tests"], state["lim"], state["uid"]
-        stdin_mode = job["mode"] == "stdin"
         caps = [int(c) for c in job["caps"]]
-        child_lim = self.child_limits(lim, max(1, len(tests) - start), max(caps[start:]))
+        child_lim = self.child_limits(lim, max(caps[start:]))
         nonce = os.urandom(16).hex()
         spec = {"mode": job["mode"], "code": job["code"], "nonce": nonce, "uid": uid, "gid": uid,
                 "parent_pid": self.w.pid, "layers": self.layers, "landlock": bool(self.layers.get("landlock")),
                 "fn_name": job.get("fn_name"), "arg_types": job.get("arg_types"),
-                "return_type": job.get("return_type"), "tests": None if stdin_mode else tests, "start": start,
-                "n_tests": len(tests), "limits": {**child_lim, "memory_bytes": child_lim["address_space_bytes"],
-                                                  "per_test_cpu_seconds": lim["timeout"]}}
+                "return_type": job.get("return_type"), "start": start, "n_tests": len(tests),
+                "limits": {**child_lim, "memory_bytes": child_lim["address_space_bytes"],
+                           "per_test_cpu_seconds": lim["timeout"]}}
         for _attempt in range(3):
             kid = self.take_child()
             state["kids"].append(kid)
             self._assign(kid, state, uid)
-            if stdin_mode:
-                records.load_stdin(kid.fds, tests[start])
-            else:
-                records.reset_stdio(kid.fds)
             spec["tmpdir"] = kid.tmp
             try:
                 protocol.write_all(kid.ctl, json.dumps(spec).encode() + b"\n")
@@ -311,6 +309,14 @@ class JobServer:
             kid.kill()
             kid.close_pipes()
 
+    def _begin_test(self, job: dict, kid: Kid, i: int) -> bytes:
+        """Put test ``i``'s input in the child's stdin memfd (call mode: its arguments as JSON), tell the launcher
+        to fork its process, then send the secret of its records. Returns the secret's record prefix."""
+        test = job["tests"][i]
+        records.load_stdin(kid.fds, test if job["mode"] == "stdin" else json.dumps(test))
+        secret = os.urandom(16).hex().encode()
+        protocol.write_all(kid.ctl, b"n" + secret + b"\n")
+        return secret + b" "
     def _assign(self, kid: Kid, state: dict, uid: int) -> None:
         """Give the child's temp dir to the job's uid (quota tmpfs only: otherwise it stays read-only), and the
         compiled code of the job's first child to this one."""
@@ -337,24 +343,29 @@ class JobServer:
             return True
 
     def _monitor(self, job, kid: Kid, start, caps, nonce, lim, planned):
-        """Relay the child's per-test records as results (stdin: also feed it the next test) until it ends, every
-        test is done, a limit is reached, its limits changed or the supervisor says stop."""
+        """Run tests ``start..`` through the child's launcher: per test, start it (:meth:`_begin_test`), watch the
+        test process's CPU clock and the wall clock, and answer when the launcher reports the test process's exit.
+        Stops when every test is done, a limit is reached (the child is killed: a fresh one runs the rest), the
+        launcher ended or must not be reused, or the supervisor says stop."""
         stdin_mode = job["mode"] == "stdin"
-        tests = job["tests"]
-        n = len(tests)
+        n = len(job["tests"])
         r = kid.result
         wall, budget = lim["wall"], lim["timeout"]
         t0 = time.monotonic()
-        cpu = CpuBudget(kid.pid, budget)
+        cpu = CpuBudget(kid.pid, budget)  # the launcher's clock until the test process starts (it compiles first)
         buf, current, deadline, cpu_due = bytearray(), start, t0 + wall, math.inf
-        timed_out = cpu_out = stopped = over_cap = is_ready = announced_exit = False
+        timed_out = cpu_out = stopped = over_cap = is_ready = ended = False
         setup_error = None
-        record_bytes = 0  # result-pipe bytes since the last accepted record (bounded by the test's cap)
+        record_bytes = 0  # result-pipe bytes since the test began (bounded by the test's cap)
         nonce_b = nonce.encode() + b" "
+        secret = b"\0"  # the first test begins once the launcher is ready (its spec is read by then)
+        started = False  # the launcher reported this test's process (its pid)
+        any_started = False
+        detail: dict | None = None  # the test process's own record for this test
         watch = [r, self.cmd.fd, self.sock]
-        while current < n and not announced_exit:
+        while current < n and not ended:
             if kid.status is not None and r not in watch:
-                break  # the child ended and everything it wrote has been read
+                break  # the launcher ended and everything it wrote has been read
             now = time.monotonic()
             if now >= cpu_due:
                 if cpu.exceeded():
@@ -380,66 +391,83 @@ class JobServer:
                     over_cap = True
                     break
                 batch = []  # the results of this chunk go out in one write
-                while (nl := buf.find(b"\n")) >= 0 and current < n and not announced_exit:
+                while (nl := buf.find(b"\n")) >= 0 and current < n and not ended:
                     line = bytes(buf[:nl])
                     del buf[: nl + 1]
+                    if line.startswith(secret):  # the launcher's own record (no program knows the secret)
+                        rec = records.parse_launcher_record(line, secret)
+                        if rec is None or rec["i"] != current:
+                            continue
+                        if rec["s"] == "start" and not started:
+                            # the first test of this child also pays for the launcher's compiling
+                            used = cpu.used() if is_ready and not any_started else 0.0
+                            started = any_started = True
+                            # the process's CPU from its release (its set-up before it is not the test's)
+                            cpu = CpuBudget(rec["p"], budget - used, base=float(rec.get("c") or 0.0))
+                            cpu_due = cpu.next_check(time.monotonic())
+                            continue
+                        if rec["s"] != "exit" or not started:
+                            continue
+                        now = time.monotonic()
+                        res = {"op": "result", "i": current, "time": round(now - t0, 6),
+                               **records.test_result(job["mode"], rec["w"], detail, kid.fds, caps[current])}
+                        batch.append(protocol.encode(res))
+                        current += 1
+                        t0, deadline, cpu_due = now, now + wall, math.inf
+                        started, detail = False, None
+                        if current >= n:
+                            break
+                        # a test process under seccomp cannot act on the launcher; without it, check the launcher
+                        if not rec["clean"] or (not self.layers.get("seccomp") and self._limits_changed(kid, planned)):
+                            ended = True  # not reused: a fresh child for the rest
+                            break
+                        record_bytes = len(buf)
+                        try:
+                            secret = self._begin_test(job, kid, current)
+                        except OSError:
+                            pass  # the launcher is gone: seen below as its exit
+                        continue
                     rec = records.parse_record(line, nonce_b)
                     if rec is None:
                         continue  # not written by the driver (the program may write anything to fd 3)
                     s = rec["s"]
                     if s == "ready":
-                        if not is_ready:  # the program starts now: so does the first test's CPU budget
+                        if not is_ready:  # the launcher compiles now: the first test's CPU budget starts
                             is_ready = True
                             cpu.start(rec.get("c"))
                             cpu_due = cpu.next_check(time.monotonic())
+                            try:
+                                secret = self._begin_test(job, kid, current)
+                            except OSError:
+                                pass  # the launcher is gone: seen below as its exit
                         continue
                     if not is_ready:
                         if s == "setup_failed":  # only before "ready": afterwards the program could forge it
                             setup_error = rec.get("e")
                         continue
-                    if rec.get("i") != current:
+                    if s == "compile_error":
+                        if not any_started:  # only the launcher, before any program ran, compiles
+                            res = {"op": "result", "i": current, "time": round(time.monotonic() - t0, 6),
+                                   "status": "compile_error", "error": rec.get("e")}
+                            batch.append(protocol.encode(res))
+                            current += 1
+                            ended = True
                         continue
-                    now = time.monotonic()
-                    res = {"op": "result", "i": current, "time": round(now - t0, 6)}
-                    if stdin_mode and s == "end":
-                        res.update(records.stdin_result(rec, kid.fds, caps[current]))
-                        announced_exit = bool(rec.get("x")) or rec.get("r") == "memory"
-                    elif stdin_mode and s != "compile_error":
-                        continue
-                    else:
-                        res.update(status=s, value=records.value_bytes(rec.get("v")), error=rec.get("e"))
-                        announced_exit = s in ("memory", "compile_error")
-                    batch.append(protocol.encode(res))
-                    current += 1
-                    record_bytes = len(buf)
-                    t0, deadline = now, now + wall
-                    if stdin_mode and current < n and not announced_exit:
-                        if self._limits_changed(kid, planned):
-                            announced_exit = True  # not reused: a fresh child for the rest
-                            break
-                        records.load_stdin(kid.fds, tests[current])
-                        cpu.start()
-                        cpu_due = cpu.next_check(now)
-                        try:
-                            os.write(kid.ctl, b"n")
-                        except OSError:
-                            pass  # the child is gone: seen below as its exit
-                    elif not stdin_mode:
-                        cpu.start(rec.get("c"))  # it is already running the next call
-                        cpu_due = cpu.next_check(now)
+                    # the test process's own record (it may come before the launcher's "start"); the only program
+                    # process alive now is this test's: an earlier one's records precede its "exit" on this pipe
+                    if detail is None and rec.get("i") == current and s in records.TEST_RECORDS[job["mode"]]:
+                        detail = rec
                 if batch:
                     protocol.write_all(self.out, b"".join(batch))
-                    if not stdin_mode and current < n and not announced_exit and self._limits_changed(kid, planned):
-                        announced_exit = True  # its next calls run in a fresh child
             if self.cmd.fd in ready:
                 if self.cmd.read(timeout=1.0).get("op") == "stop":
                     stopped = True
                     break
         if stopped:
             return current, True
-        if current >= n or announced_exit:
+        if current >= n or ended:
             return current, False
-        # the child ended (or was stopped) in the middle of test `current`: answer for it
+        # the child was stopped (a limit), or its launcher ended, in the middle of test `current`: answer for it
         ended_by_itself = not (timed_out or cpu_out or over_cap)
         if ended_by_itself and not self._wait_status(kid, STATUS_WAIT_S):
             raise ChildUnavailable(f"no exit status for child {kid.pid} from the fork server")
@@ -456,19 +484,9 @@ class JobServer:
             res.update(status="timeout", error=f"CPU time limit {budget:g} s")
         elif over_cap:
             res.update(status="output_limit", error=f"result exceeds {caps[current]} bytes")
-        elif stdin_mode:
-            size = os.fstat(kid.fds["stdout"]).st_size
-            if size > caps[current]:
-                res.update(status="output_limit", error=f"output exceeds {caps[current]} bytes")
-            else:
-                res.update(records.exit_status(kid.status))
-                if res["status"] == "ok":  # exited with code 0 (e.g. os._exit(0)) after writing its output
-                    res["stdout"] = records.read_output(kid.fds["stdout"], size)
-        else:
-            st = records.exit_status(kid.status)
-            if st["status"] == "ok":
-                st = {"status": "exception", "error": "process exited (code 0) before returning a result"}
-            res.update(st)
+        else:  # the launcher died (the OOM killer, a signal from outside): never a pass
+            res.update(status="sandbox_error" if not any_started else "signal",
+                       error=f"the test launcher ended ({records.describe(kid.status)})")
         self.send(res)
         return current + 1, False
 

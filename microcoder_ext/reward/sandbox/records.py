@@ -28,12 +28,58 @@ def parse_record(line: bytes, nonce_b: bytes) -> dict | None:
         return None
     if not isinstance(rec.get("v"), (str, type(None))) or not isinstance(rec.get("e"), (str, type(None))):
         return None
-    if rec.get("r", "ok") not in END_STATUSES or not isinstance(rec.get("x", 0), int):
+    if rec.get("r", "ok") not in END_STATUSES:
         return None
     c = rec.get("c")
     if c is not None and (isinstance(c, bool) or not isinstance(c, (int, float))):
         return None
     return rec
+
+
+#: what a test process may report for its test, per mode (anything else from it is ignored)
+TEST_RECORDS = {"stdin": frozenset({"end"}), "call": frozenset({"ok", "exception", "memory", "unserialisable"})}
+
+
+def parse_launcher_record(line: bytes, prefix: bytes) -> dict | None:
+    """A launcher record ``<secret> {"s": "start", "i", "p", "c"}`` / ``{"s": "exit", "i", "w", "clean"}``, or
+    None."""
+    try:
+        rec = json.loads(line[len(prefix):], parse_int=small_int)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(rec, dict) or not isinstance(rec.get("i"), int):
+        return None
+    if rec.get("s") == "start" and isinstance(rec.get("p"), int) and rec["p"] > 0 and isinstance(
+            rec.get("c", 0.0), (int, float)):
+        return rec
+    if rec.get("s") == "exit" and isinstance(rec.get("w"), int) and isinstance(rec.get("clean"), bool):
+        return rec
+    return None
+
+
+def test_result(mode: str, status: int, detail: dict | None, fds: dict, cap: int) -> dict:
+    """The result of one test from its process's wait status (``status``, reported by the launcher: the authority
+    on how the test ended) and the process's own record for it (``detail``: the return value, the exception's
+    text; untrusted, used only where the exit status agrees)."""
+    out: dict = {"stderr": read_tail(fds["stderr"], 2000)}
+    if mode == "stdin":
+        size = os.fstat(fds["stdout"]).st_size
+        if size > cap:
+            return {**out, "status": "output_limit", "error": f"output exceeds {cap} bytes"}
+        st = exit_status(status)
+        if st["status"] == "ok":
+            return {**out, "status": "ok", "error": None, "stdout": read_output(fds["stdout"], size)}
+        if st["status"] == "exception" and detail is not None and detail.get("r") in ("exception", "memory"):
+            return {**out, "status": detail["r"], "error": detail.get("e")}
+        return {**out, **st}
+    st = exit_status(status)
+    if st["status"] == "ok":
+        if detail is not None and detail["s"] == "ok":
+            return {**out, "status": "ok", "value": value_bytes(detail.get("v")), "error": None}
+        return {**out, "status": "exception", "error": "process exited (code 0) before returning a result"}
+    if st["status"] == "exception" and detail is not None and detail["s"] != "ok":
+        return {**out, "status": detail["s"], "error": detail.get("e")}
+    return {**out, **st}
 
 
 def small_int(text: str) -> int:
@@ -57,19 +103,6 @@ def load_stdin(fds: dict, data: str) -> None:
     reset_stdio(fds)
     protocol.write_all(fds["stdin"], data.encode("utf-8", "surrogateescape"))
     os.lseek(fds["stdin"], 0, os.SEEK_SET)
-
-
-def stdin_result(rec: dict, fds: dict, cap: int) -> dict:
-    """The result of one stdin run that ended normally (its ``end`` record)."""
-    size = os.fstat(fds["stdout"]).st_size
-    out = {"stderr": read_tail(fds["stderr"], 2000)}
-    if size > cap:
-        out.update(status="output_limit", error=f"output exceeds {cap} bytes")
-    elif rec.get("r") == "ok":
-        out.update(status="ok", error=None, stdout=read_output(fds["stdout"], size))
-    else:
-        out.update(status=rec.get("r"), error=rec.get("e"))
-    return out
 
 
 def read_output(fd: int, size: int) -> bytes:
