@@ -46,6 +46,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import reward_data as rd  # noqa: E402
@@ -209,6 +210,53 @@ def measure(fn, items):
             "mem_children": mem.peak_children}
 
 
+BASELINE_HELPER = r"""
+import json, sys
+sys.path.insert(0, sys.argv[1])
+from microcoder_ext.reward import Engine, EngineConfig, evaluate_response
+assert sys.modules["microcoder_ext"].__file__.startswith(sys.argv[1]), sys.modules["microcoder_ext"].__file__
+engine = Engine(EngineConfig(timeout=5.0))
+engine.warmup()
+out = sys.stdout
+sys.stdout = sys.stderr
+for line in sys.stdin:
+    job = json.loads(line)
+    r = evaluate_response(job["response"], job["gt"], engine=engine)
+    out.write(json.dumps({"score": r.score, "verdict": r.verdict}) + "\n")
+    out.flush()
+engine.close()
+"""
+
+
+class _Baseline:
+    """The reward of another commit, in a helper process that imports it from a temporary git worktree."""
+
+    def __init__(self, ref: str):
+        import tempfile
+
+        root = Path(__file__).resolve().parents[1]
+        self.tmp = tempfile.mkdtemp(prefix="mc-bench-baseline-")
+        self.tree = os.path.join(self.tmp, "tree")
+        subprocess.run(["git", "-C", str(root), "worktree", "add", "--detach", self.tree, ref], check=True,
+                       capture_output=True)
+        self.root = root
+        self.proc = subprocess.Popen([sys.executable, "-c", BASELINE_HELPER, self.tree], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, text=True)
+
+    def score(self, it) -> bool:
+        self.proc.stdin.write(json.dumps({"response": f"```python\n{it['code']}\n```", "gt": it["ours"]}) + "\n")
+        self.proc.stdin.flush()
+        return json.loads(self.proc.stdout.readline())["score"] == 1.0
+
+    def close(self) -> None:
+        self.proc.stdin.close()
+        self.proc.wait(timeout=120)
+        subprocess.run(["git", "-C", str(self.root), "worktree", "remove", "--force", self.tree], capture_output=True)
+        import shutil
+
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -218,6 +266,10 @@ def main() -> int:
     ap.add_argument("--no-code-contests", action="store_true")
     ap.add_argument("--no-strict", action="store_true", help="skip the prime_code continuous=False rows")
     ap.add_argument("--json", help="write the rows to this file")
+    ap.add_argument("--baseline", metavar="GIT_REF",
+                    help="also measure the reward of this commit (e.g. the previous engine), checked out in a "
+                         "temporary git worktree and run in a helper process on the same workloads: row "
+                         "'microcoder @REF' (its calls cross one extra pipe, ~0.1 ms each)")
     args = ap.parse_args()
 
     from verl.utils.reward_score import prime_code
@@ -296,7 +348,10 @@ def main() -> int:
             return False
         return res is True
 
+    baseline = _Baseline(args.baseline) if args.baseline else None
     evaluators = [("microcoder", ours), ("prime_code (verl default)", prime_default)]
+    if baseline is not None:
+        evaluators.insert(1, (f"microcoder @{args.baseline}", baseline.score))
     if not args.no_strict:
         evaluators.append(("prime_code strict", prime_strict))
     rows = []
@@ -312,6 +367,8 @@ def main() -> int:
     engine.close()
     fork_server.stdin.close()
     fork_server.wait()
+    if baseline is not None:
+        baseline.close()
     if infra:
         print(f"\nWARNING: {len(infra)} microcoder sandbox_error results (timings invalid), e.g. {infra[0]}")
 
@@ -328,7 +385,8 @@ def main() -> int:
                 sel = {r["evaluator"]: r for r in rows if r["workload"] == wl and r["mode"] == mode}
                 yield wl, mode, sel, sel["microcoder"]
 
-    print("\nratios microcoder / prime_code (completions per second; p50 latency prime/ours):")
+    print("\nratios microcoder / prime_code (and / the baseline commit; completions per second; p50 latency "
+          "theirs/ours):")
     for wl, mode, sel, ours_r in selections():
         parts = [f"vs {ev.split(' ', 1)[1]}: {ours_r['completions_s'] / r['completions_s']:.2f}x "
                  f"(p50 {r['p50_ms'] / ours_r['p50_ms']:.1f}x)" for ev, r in sel.items()

@@ -437,8 +437,8 @@ def test_huge_integer_results_cannot_stall_the_worker_or_the_supervisor(run_adv)
     r = run_adv(code, {"fn_name": "f", "inputs": [[1]], "outputs": [[7]]})
     assert r.verdict == V.WRONG_ANSWER, (r.verdict, r.detail)
     assert time.monotonic() - t0 < 15
-    # a legitimately long integer answer still compares exactly
-    gt = '{"fn_name": "f", "inputs": [[1]], "outputs": [[1%s7]]}' % ("0" * 5999)  # 10**6000 + 7
+    # a legitimately long integer answer still compares exactly (APPS-wrapped: the answer is [10**6000 + 7])
+    gt = '{"fn_name": "f", "inputs": [[1]], "outputs": [[[1%s7]]]}' % ("0" * 5999)  # 10**6000 + 7
     r = run_adv("def f(x):\n    return [10 ** 6000 + 7]", gt)
     assert r.verdict == V.CORRECT, r.detail
     r = run_adv("def f(x):\n    return [10 ** 6000 + 8]", gt)
