@@ -146,11 +146,25 @@ def live_sandbox_uids():
     """``f(uid_min, uid_max) -> [uid, ...]``: uids of the sandboxed processes in that range that are running at the
     END of the scan. A scan of /proc is not a snapshot: a program that ended while the scan went on (its slot
     released, its uid given to the next program, read later in the same scan) would count twice; so every process
-    found is checked again after the scan, and one that is gone, a zombie or exiting does not count."""
+    found is checked again after the scan, and one that is gone, a zombie or exiting does not count. One uid per
+    sandboxed child: the processes of one sample (its launcher and test processes) share its session, and count once."""
     def uids(lo: int, hi: int) -> list[int]:
         found = live_sandbox_processes(lo, hi)
-        return [uid for pid, uid in found if _running(pid)]
+        by_session = {}
+        for pid, uid in found:
+            sid = _session(pid)
+            if sid is not None and _running(pid):
+                by_session[sid] = uid
+        return list(by_session.values())
     return uids
+
+
+def _session(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[3])
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 @pytest.fixture(scope="session")
