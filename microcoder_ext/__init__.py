@@ -10,7 +10,7 @@ no import cycle, ``tests/core/test_import_structure.py``):
   microcoder_ext.smoke     framework-free pieces of ``microcoder smoke`` (tiny model, data, report)
   microcoder_ext.verl      verl 0.9.x adapter (plugin, trainer, recipes and their checks)
   microcoder_ext.openrlhf  OpenRLHF 0.11.x adapter (launcher ``python -m microcoder_ext.openrlhf.train``, trainer)
-  microcoder_ext.trl       TRL 1.16 adapter (trainer, reward, ``microcoder train``'s settings and data)
+  microcoder_ext.trl       TRL 1.15-1.16 adapter (trainer, reward, ``microcoder train``'s settings and data)
   microcoder_ext.configs   Hydra recipe group ``recipe`` (``+recipe=microcoder``)
   microcoder_ext.cli       the ``microcoder`` command, one module per subcommand (nothing else imports it)
 """

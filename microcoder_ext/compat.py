@@ -21,7 +21,14 @@ logger = logging.getLogger(__name__)
 SUPPORTED: dict[str, str] = {
     "verl": ">=0.9.1,<0.9.2",
     "openrlhf": ">=0.11.2,<0.11.3",
-    "trl": ">=1.16,<1.17",
+    "trl": ">=1.15,<1.17",
+}
+
+#: distribution name -> every release of its range tested in ``make test`` (each in a venv of its own), newest last
+TESTED: dict[str, tuple[str, ...]] = {
+    "verl": ("0.9.1",),
+    "openrlhf": ("0.11.2",),
+    "trl": ("1.15.0", "1.16.0"),
 }
 
 ALLOW_ENV = "MICROCODER_ALLOW_UNSUPPORTED"
@@ -50,8 +57,12 @@ def require(dist: str) -> str:
             f"microcoder-ext: {dist} is not installed; install it with `pip install 'microcoder-ext[{dist}]'`"
         )
     if not is_supported(dist, version):
+        tested = TESTED[dist]
+        older = Version(version) < Version(tested[0])
         msg = (
-            f"microcoder-ext {_own_version()} supports {dist}{SUPPORTED[dist]}, found {dist}=={version}. "
+            f"microcoder-ext {_own_version()} supports {dist}{SUPPORTED[dist]}, found {dist}=={version}"
+            + (f" (older than the oldest supported release, {dist} {tested[0]})" if older else "") + ". "
+            f"Tested releases: {', '.join(tested)}. "
             f"Its {dist} adapter subclasses/wraps {dist} internals that change between releases; "
             f"install a supported {dist} (see compat/matrix.toml) or set {ALLOW_ENV}=1 to try anyway."
         )

@@ -106,14 +106,16 @@ def problems(checks: Sequence[Check]) -> list[str]:
     return out
 
 
-def require_internals(dist: str, tested: str, package: str, found: list[str],
+def require_internals(dist: str, tested: str | tuple[str, ...], package: str, found: list[str],
                       error: type[UnsupportedVersionError]) -> str:
-    """The installed version of ``dist`` (supported range enforced), or ``error`` listing ``found``."""
+    """The installed version of ``dist`` (supported range enforced), or ``error`` listing ``found``. ``tested``: the
+    release(s) tested, newest last."""
     version = require(dist)
+    releases = (tested,) if isinstance(tested, str) else tuple(tested)
     if found:
         raise error(
             f"microcoder-ext's {package} adapter relies on {package} internals that differ in the installed "
-            f"{dist} {version} (tested: {tested}, compat/matrix.toml):\n  - " + "\n  - ".join(found)
-            + f"\nInstall {dist}=={tested} or port microcoder_ext/{dist} to this release."
+            f"{dist} {version} (tested: {', '.join(releases)}, compat/matrix.toml):\n  - " + "\n  - ".join(found)
+            + f"\nInstall {dist}=={releases[-1]} or port microcoder_ext/{dist} to this release."
         )
     return version

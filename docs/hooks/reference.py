@@ -375,15 +375,18 @@ def support_matrix() -> str:
     rows = []
     for name, entry in matrix.items():
         pins = {}
-        for line in (ROOT / "compat" / entry["constraints"]).read_text().splitlines():
+        main = f"constraints-{name}-{entry['main']}.txt"
+        for line in (ROOT / "compat" / main).read_text().splitlines():
             m = re.match(r"^([A-Za-z0-9_.\-]+)==([^\s;#]+)", line.strip())
             if m and m.group(1).lower() in PINNED and m.group(1).lower() != name:
                 pins[m.group(1).lower()] = m.group(2)
         shown = ", ".join(f"{k} {v}" for k, v in sorted(pins.items()))
-        rows.append([f"**{name}**", code(entry["supported"]), code(entry["tested"]), code(entry["python"]),
-                     cell(shown), f"`compat/{entry['constraints']}`", cell(entry.get("notes", ""))])
-    return table(["framework", "supported", "tested", "Python", "pinned in its test venv", "constraints", "notes"],
-                 rows)
+        files = ", ".join(f"`compat/constraints-{name}-{v}.txt`" for v in entry["tested"])
+        differences = "; ".join(f"**{v}**: {text}" for v, text in entry.get("differences", {}).items()) or "none"
+        rows.append([f"**{name}**", code(entry["supported"]), code(", ".join(entry["tested"])), code(entry["python"]),
+                     cell(shown), files, cell(entry.get("notes", "")), cell(differences)])
+    return table(["framework", "supported", "tested (a venv each)", "Python", "pinned in its main test venv",
+                  "constraints", "notes", "differences inside the range"], rows)
 
 
 GENERATORS = {

@@ -1,4 +1,4 @@
-"""``microcoder train``: MicroCoder-GRPO with Hugging Face TRL 1.16 on one GPU (full or LoRA), several GPUs
+"""``microcoder train``: MicroCoder-GRPO with Hugging Face TRL 1.15-1.16 on one GPU (full or LoRA), several GPUs
 (``accelerate launch -m microcoder_ext.cli train ...``) or CPU.
 
 The flags and how they become the run's settings: :mod:`microcoder_ext.trl.train_settings`; the dataset:

@@ -1,4 +1,4 @@
-"""MicroCoder-GRPO for Hugging Face TRL 1.16 (``GRPOTrainer``): single GPU, LoRA, or CPU.
+"""MicroCoder-GRPO for Hugging Face TRL 1.15-1.16 (``GRPOTrainer``): single GPU, LoRA, or CPU.
 
 * :mod:`microcoder_ext.trl.config`: :func:`~microcoder_ext.trl.config.microcoder_grpo_config`, ``GRPOConfig`` presets
   (no KL + clip-higher, the baselines);

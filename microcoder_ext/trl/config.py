@@ -1,4 +1,4 @@
-"""``GRPOConfig`` presets for MicroCoder-GRPO and its baselines on TRL 1.16.
+"""``GRPOConfig`` presets for MicroCoder-GRPO and its baselines on TRL 1.15-1.16.
 
 =================  =====  ===========  ======================================================================
 preset             mask   temperature  GRPOConfig settings (paper-spec §2, §5, §12; [INF] = our inference)

@@ -2,7 +2,7 @@
 at once.
 
 TRL's ``GRPOTrainer`` has no hook for "after the advantages" or "the temperature of this regeneration", so
-:class:`~microcoder_ext.trl.trainer.MicrocoderGRPOTrainer` overrides methods of TRL 1.16.0 and sets attributes it
+:class:`~microcoder_ext.trl.trainer.MicrocoderGRPOTrainer` overrides methods of TRL 1.15.0-1.16.0 and sets attributes it
 reads. :func:`check_trl` verifies the installed version (:func:`microcoder_ext.compat.require`) and then each internal
 in :data:`CHECKS`; it raises :class:`TRLInternalsError` listing **every** internal that changed, by name, with what
 was expected and what was found. The trainer calls it in ``__init__`` before touching anything.
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import inspect
 
-from microcoder_ext.compat import UnsupportedVersionError
+from microcoder_ext.compat import TESTED, UnsupportedVersionError
 from microcoder_ext.internals import (
     Check,
     fields,
@@ -121,4 +121,4 @@ def check_trl() -> str:
 
     Returns the installed TRL version.
     """
-    return require_internals("trl", "1.16.0", "TRL", problems(), TRLInternalsError)
+    return require_internals("trl", TESTED["trl"], "TRL", problems(), TRLInternalsError)

@@ -1,4 +1,4 @@
-"""``MicrocoderGRPOTrainer``: TRL 1.16's ``GRPOTrainer`` plus MicroCoder-GRPO's conditional truncation mask and
+"""``MicrocoderGRPOTrainer``: TRL 1.15-1.16's ``GRPOTrainer`` plus MicroCoder-GRPO's conditional truncation mask and
 per-regeneration temperature (the same ``microcoder_ext.core`` code and ``microcoder/*`` metrics as the verl and
 OpenRLHF adapters).
 
@@ -57,7 +57,7 @@ from microcoder_ext.core.masking import combine_conditions, mask_metrics, tail_r
 from microcoder_ext.core.temperature import TemperatureController
 from microcoder_ext.core.truncation import is_truncated, last_tokens
 from microcoder_ext.core.verdict_policy import resolve_verdicts
-from microcoder_ext.trl import guard
+from microcoder_ext.trl import cpu_logprob, guard
 from microcoder_ext.trl.reward import CodeReward
 
 logger = logging.getLogger("microcoder_ext.trl")
@@ -121,6 +121,8 @@ class MicrocoderGRPOTrainer(GRPOTrainer):
         controller = TemperatureController(tcfg) if temperature_control else None
 
         super().__init__(*args, **kwargs)
+        # TRL 1.15 has no fused log-prob kernel without Triton: on a CPU run, a torch one (a no-op on TRL 1.16)
+        cpu_logprob.ensure_fused_head(self.accelerator.device.type)
 
         self.mc_config: MicrocoderConfig = cfg
         self.mc_mask_enabled: bool = bool(cfg.mask.enable)

@@ -1,4 +1,5 @@
-"""The TRL version guard: passes on the installed TRL 1.16.0, and names every changed internal at once."""
+"""The TRL version guard: passes on the installed TRL (1.16.0 in the trl venv, 1.15.0 in trl-1.15.0's), names every
+changed internal at once, and refuses releases outside the range with the oldest supported one named."""
 
 from __future__ import annotations
 
@@ -6,14 +7,20 @@ import pytest
 from datasets import Dataset
 from trl.trainer import grpo_trainer, utils as trl_utils
 
+from importlib import metadata
+
 from microcoder_ext import compat
 from microcoder_ext.trl import guard
 from microcoder_ext.trl.reward import CodeReward
 
 
+INSTALLED = metadata.version("trl")
+
+
 def test_installed_trl_passes():
+    assert INSTALLED in compat.TESTED["trl"]
     assert guard.problems() == []
-    assert guard.check_trl() == "1.16.0"
+    assert guard.check_trl() == INSTALLED
 
 
 def test_changed_internals_are_all_listed(monkeypatch):
@@ -32,7 +39,8 @@ def test_changed_internals_are_all_listed(monkeypatch):
     with pytest.raises(guard.TRLInternalsError) as err:
         guard.check_trl()
     msg = str(err.value)
-    assert "installed trl 1.16.0" in msg and "Install trl==1.16.0 or port microcoder_ext/trl" in msg
+    assert f"installed trl {INSTALLED} (tested: 1.15.0, 1.16.0" in msg
+    assert "Install trl==1.16.0 or port microcoder_ext/trl" in msg
     assert "GRPOTrainer._calculate_rewards(self, inputs, prompts, completions, completion_ids_list): AttributeError" \
         in msg
     assert "GRPOTrainer._generate_and_score_completions(self, inputs): parameters ['self', 'batch']" in msg
@@ -57,8 +65,9 @@ def test_trainer_refuses_before_building(monkeypatch, tmp_path, tokenizer):
     assert built == []  # refused before TRL's __init__ ran
 
 
-def test_unsupported_version(monkeypatch):
-    monkeypatch.setattr(compat, "installed_version", lambda dist: "1.17.0")
+@pytest.mark.parametrize("version", ["1.17.0", "1.14.2"])
+def test_unsupported_version(monkeypatch, version):
+    monkeypatch.setattr(compat, "installed_version", lambda dist: version)
     monkeypatch.delenv(compat.ALLOW_ENV, raising=False)
-    with pytest.raises(compat.UnsupportedVersionError, match=r"supports trl>=1.16,<1.17, found trl==1.17.0"):
+    with pytest.raises(compat.UnsupportedVersionError, match=rf"supports trl>=1.15,<1.17, found trl=={version}"):
         guard.check_trl()
