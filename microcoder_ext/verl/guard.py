@@ -10,9 +10,9 @@ of silently mis-masking or sampling at one temperature and scoring at another.
 from __future__ import annotations
 
 from microcoder_ext import internals as I
-from microcoder_ext.compat import UnsupportedVersionError
+from microcoder_ext.compat import TESTED as _TESTED, UnsupportedVersionError
 
-TESTED = "0.9.1"
+TESTED = _TESTED["verl"]  # every release of the supported range, newest last
 BASE = "verl.trainer.ppo.v1.trainer_base:PPOTrainer"
 SYNC = "verl.trainer.ppo.v1.trainer_sync:PPOTrainerSync"
 

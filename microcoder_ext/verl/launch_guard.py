@@ -8,6 +8,8 @@ prints its reason to stderr and exits with status 1 (``SystemExit``: Hydra turns
 raises into a warning and goes on). What is refused
 (:func:`launch_refusal`):
 
+* a verl outside the supported range (:mod:`microcoder_ext.compat`; verl 0.8 has no v1 trainer and never loads the
+  plugin);
 * any Hydra application other than ``verl.trainer.main_ppo`` (the recipes are on every Hydra app's search path:
   verl's fully-async and one-step-off-policy mains, ``main_generation_server``, a user's own main), since only
   ``main_ppo``'s v1 ``TaskRunner`` builds ``trainer.v1.trainer_mode=microcoder_sync``. An application of one's own
@@ -64,6 +66,12 @@ def launch_refusal(cfg, app: str) -> str | None:
     from microcoder_ext.verl.recipes import select
     from microcoder_ext.verl.temperature import check_temperature_config
 
+    from microcoder_ext.compat import UnsupportedVersionError, require
+
+    try:  # a verl outside the supported range (0.8: no v1 trainer, no plugin entry point) never builds our trainer
+        require("verl")
+    except UnsupportedVersionError as e:
+        return str(e)
     run = f"python -m {MAIN_PPO} +recipe=... <your overrides>"
     if app != MAIN_PPO and app != os.environ.get(ENTRY_POINT_ENV):
         return (f"+recipe=microcoder* was composed into {app}, which does not build verl's v1 trainer "

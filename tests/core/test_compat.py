@@ -40,8 +40,8 @@ def test_every_tested_release_has_a_venv_and_a_lane():
 
 
 def test_version_ranges():
-    assert compat.is_supported("verl", "0.9.1")
-    assert not compat.is_supported("verl", "0.9.0")
+    assert compat.is_supported("verl", "0.9.1") and compat.is_supported("verl", "0.9.0")
+    assert not compat.is_supported("verl", "0.8.0")
     assert not compat.is_supported("verl", "0.10.0")
     assert compat.is_supported("openrlhf", "0.11.2") and not compat.is_supported("openrlhf", "0.11.3")
     assert compat.is_supported("trl", "1.15.0") and compat.is_supported("trl", "1.16.0")
@@ -59,7 +59,7 @@ def test_an_older_release_names_the_oldest_supported(monkeypatch):
 def test_require_fails_loudly_outside_range(monkeypatch):
     monkeypatch.setattr(compat, "installed_version", lambda dist: "0.10.0")
     monkeypatch.delenv(compat.ALLOW_ENV, raising=False)
-    with pytest.raises(compat.UnsupportedVersionError, match=r"supports verl>=0.9.1,<0.9.2, found verl==0.10.0"):
+    with pytest.raises(compat.UnsupportedVersionError, match=r"supports verl>=0.9.0,<0.9.2, found verl==0.10.0"):
         compat.require("verl")
     monkeypatch.setenv(compat.ALLOW_ENV, "1")
     assert compat.require("verl") == "0.10.0"

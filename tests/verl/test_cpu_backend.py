@@ -162,7 +162,9 @@ def test_cpu_engines_and_unpinned_reference_offload_are_registered_on_import():
 def test_guard_passes_on_the_tested_verl_and_names_a_changed_internal(monkeypatch):
     from microcoder_ext.verl.cpu import guard
 
-    assert guard.check_cpu_backend() == "0.9.1"
+    from importlib import metadata
+
+    assert guard.check_cpu_backend() == metadata.version("verl")
     import verl.utils.distributed as dist
 
     def changed(timeout_second=None, backend=None):  # a release that builds its backend string differently
@@ -311,4 +313,6 @@ def test_guard_still_passes_where_the_backend_is_active():
         assert getattr(verl.utils.model.load_valuehead_model, "_microcoder_cpu", False)
         print(guard.check_cpu_backend())
     """, VERL_PLATFORM="cpu")
-    assert proc.returncode == 0 and proc.stdout.strip().endswith("0.9.1"), proc.stderr[-2000:]
+    from importlib import metadata
+
+    assert proc.returncode == 0 and proc.stdout.strip().endswith(metadata.version("verl")), proc.stderr[-2000:]

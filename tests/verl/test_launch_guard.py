@@ -141,6 +141,17 @@ def test_refusal_reasons_on_composed_configs():
     assert "composed into my_project.train" in other and f"{ENTRY_POINT_ENV}=my_project.train" in other
 
 
+def test_a_verl_outside_the_range_is_refused_naming_the_oldest_supported(monkeypatch):
+    """verl 0.8 (no v1 trainer, no plugin entry point) would never build microcoder_sync: the launch stops."""
+    from microcoder_ext import compat
+
+    (ok,) = compose_many([("microcoder", [])])
+    monkeypatch.delenv(compat.ALLOW_ENV, raising=False)
+    monkeypatch.setattr(compat, "installed_version", lambda dist: "0.8.0")
+    refusal = launch_refusal(ok, MAIN_PPO)
+    assert "found verl==0.8.0 (older than the oldest supported release, verl 0.9.0)" in refusal
+
+
 def test_entry_point_names_the_module_also_under_python_dash_m(monkeypatch):
     import types
 

@@ -12,7 +12,11 @@ pytestmark = pytest.mark.verl
 
 def test_every_internal_holds_in_the_installed_verl():
     assert guard.trainer_internal_problems() == []
-    assert guard.check_trainer_internals() == guard.TESTED
+    from importlib import metadata
+
+    installed = metadata.version("verl")
+    assert installed in guard.TESTED  # a release of the supported range that make test runs (0.9.0 or 0.9.1)
+    assert guard.check_trainer_internals() == installed
 
 
 def test_a_changed_override_point_is_named(monkeypatch):

@@ -9,9 +9,9 @@ re-checks its own internal in the process that applies it).
 from __future__ import annotations
 
 from microcoder_ext import internals as I
-from microcoder_ext.compat import UnsupportedVersionError
+from microcoder_ext.compat import TESTED as _TESTED, UnsupportedVersionError
 
-TESTED = "0.9.1"
+TESTED = _TESTED["verl"]  # every release of the supported range, newest last
 
 
 class VerlInternalsChanged(UnsupportedVersionError):
