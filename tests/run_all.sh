@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # Runs every test suite, each in its own virtualenv (verl 0.9.1, OpenRLHF 0.11.2 and TRL 1.16.0 pin incompatible
 # transformers/ray versions), and the release suites: the other releases of each supported range (compat/matrix.toml
-# `tested`: verl 0.9.0, TRL 1.15.0), each in a venv of its own, running the release lane (the version guards, the real
+# `tested`: verl 0.9.0, OpenRLHF 0.11.0 and 0.11.1, TRL 1.15.0), each in a venv of its own, running the release lane (the version guards, the real
 # trainer hooks, two real `microcoder smoke` steps). Venvs are created on first use with CPU torch 2.13.0 and the exact pins in
 # compat/, and cached in $MICROCODER_CACHE (default ~/.cache/microcoder-ext) keyed by the constraint file
 # and pyproject.toml; every run re-installs this checkout (editable, no deps) into them.
 #
 #   bash tests/run_all.sh                 # all suites
-#   SUITES=verl bash tests/run_all.sh     # one suite (verl | openrlhf | trl | verl-0.9.0 | trl-1.15.0)
+#   SUITES=verl bash tests/run_all.sh     # one suite (verl | openrlhf | trl | verl-0.9.0 | openrlhf-0.11.0 | openrlhf-0.11.1 | trl-1.15.0)
 #   bash tests/run_all.sh -k mask -x      # extra args go to pytest
 #   TEST_JOBS=1 bash tests/run_all.sh     # one pytest process at a time (default: every lane at once)
 #
@@ -23,7 +23,7 @@
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-SUITES=${SUITES:-verl openrlhf trl verl-0.9.0 trl-1.15.0}
+SUITES=${SUITES:-verl openrlhf trl verl-0.9.0 openrlhf-0.11.0 openrlhf-0.11.1 trl-1.15.0}
 TEST_JOBS=${TEST_JOBS:-all}
 . "$ROOT/compat/venv.sh"
 
@@ -41,6 +41,7 @@ SOLO_LANES="verl-host"
 # The release lanes of the other releases of each range: the version guards, recipe composition, the real trainer
 # hooks, and one real `microcoder smoke` launch (verl: `+recipe=microcoder` with the real vLLM, 3 steps)
 VERL_RELEASE_LANE="tests/core/test_compat.py tests/verl/test_trainer_guard.py tests/verl/test_cpu_backend.py tests/verl/test_plugin.py tests/verl/test_recipes.py tests/verl/test_launch_guard.py tests/verl/test_trainer_mask.py tests/verl/test_trainer_temperature.py tests/verl/test_smoke_e2e.py::test_mask_zeroes_eligible_advantages_in_the_real_loss tests/verl/test_smoke_e2e.py::test_truncation_is_vllms_length_stop tests/verl/test_smoke_e2e.py::test_staged_temperature_reaches_vllm_and_the_logprobs tests/verl/test_smoke_e2e.py::test_logprob_check_discriminates_a_temperature_mismatch"
+OPENRLHF_RELEASE_LANE="tests/core/test_compat.py tests/openrlhf/test_guard.py tests/openrlhf/test_launcher.py tests/openrlhf/test_openrlhf_recipes.py tests/openrlhf/test_advantage_mask.py tests/openrlhf/test_trainer_mask.py tests/openrlhf/test_doctor_openrlhf.py tests/openrlhf/test_smoke_e2e.py::test_mask_zeroes_eligible_advantages_in_the_real_loss tests/openrlhf/test_smoke_e2e.py::test_staged_temperature_switches_sampler_and_logprobs"
 TRL_RELEASE_LANE="tests/core/test_compat.py tests/trl/test_trl_guard.py tests/trl/test_trl_trainer.py tests/trl/test_cpu_logprob.py tests/trl/test_smoke_trl.py tests/trl/test_trl_config.py tests/trl/test_doctor_trl.py"
 
 # lanes_of SUITE -> the suite's lane names, launch-heavy first
@@ -49,7 +50,7 @@ lanes_of() {
     verl) echo "verl-launches verl-demo verl verl-host" ;;
     openrlhf) echo "openrlhf" ;;
     trl) echo "trl" ;;
-    verl-0.9.0|trl-1.15.0) echo "$1" ;;
+    verl-0.9.0|openrlhf-0.11.0|openrlhf-0.11.1|trl-1.15.0) echo "$1" ;;
     *) echo "run_all: unknown suite '$1'" >&2; return 1 ;;
   esac
 }
@@ -70,13 +71,14 @@ lane_files() {
     # `microcoder smoke trl` (real steps), the presets and the doctor
     trl-*) echo "$TRL_RELEASE_LANE" ;;
     verl-*) echo "$VERL_RELEASE_LANE" ;;
+    openrlhf-*) echo "$OPENRLHF_RELEASE_LANE" ;;
   esac
 }
 
 describe() {  # SUITE PYTHON -> one line naming the framework release the suite runs against
   case "$1" in
     verl*) "$2" -c 'import verl; print("verl", verl.__version__)' 2>/dev/null ;;
-    openrlhf) "$2" -c 'import importlib.metadata as m; print("openrlhf", m.version("openrlhf"))' 2>/dev/null ;;
+    openrlhf*) "$2" -c 'import importlib.metadata as m; print("openrlhf", m.version("openrlhf"))' 2>/dev/null ;;
     trl*) "$2" -c 'import importlib.metadata as m; print("trl", m.version("trl"))' 2>/dev/null ;;
   esac
 }

@@ -253,7 +253,7 @@ def build_plan(args: Any, mc: Any, config_errors: list[str] | None = None) -> An
     (:class:`microcoder_ext.openrlhf.options.McOptions`)."""
     from microcoder_ext.core.doctor import TrainingPlan
     from microcoder_ext.openrlhf.launcher import ASYNC_DESTS, GROUP_ESTIMATORS, _effective
-    from microcoder_ext.openrlhf.presets import lookup
+    from microcoder_ext.openrlhf.presets import has, lookup
 
     preset = mc.preset
     estimator = lookup(args, "algo.advantage.estimator")
@@ -285,7 +285,8 @@ def build_plan(args: Any, mc: Any, config_errors: list[str] | None = None) -> An
         kl_in_reward=(not use_loss) and (coef or 0.0) > 0,
         clip_low=clip_low,
         clip_high=clip_high,
-        loss_agg=lookup(args, "actor.loss_agg_mode"),
+        # OpenRLHF 0.11.0/0.11.1 have no such flag: their PPO loss is always token-mean
+        loss_agg=lookup(args, "actor.loss_agg_mode") if has(args, "actor.loss_agg_mode") else "token-mean",
         rollout_temperature=temperature,
         logprob_temperature=temperature,  # ppo_actor.py: Actor(..., temperature=args.rollout.temperature)
         temperature_synced=True,  # microcoder: our trainer sets both every step; otherwise one constant for both

@@ -1,7 +1,7 @@
 """The one version guard of the OpenRLHF adapter: every OpenRLHF internal the adapter relies on, checked at once.
 
-OpenRLHF has no plugin API, so the launcher and the trainer subclass depend on internals of 0.11.2 (notes:
-``shared/notes/openrlhf-0.11.2.md`` §5, §7). :func:`check_openrlhf` verifies the installed version
+OpenRLHF has no plugin API, so the launcher and the trainer subclass depend on internals of 0.11.0-0.11.2, the same
+in the three releases (notes: ``shared/notes/openrlhf-0.11.2.md`` §5, §7). :func:`check_openrlhf` verifies the installed version
 (:func:`microcoder_ext.compat.require`) and then each internal in :data:`CHECKS`; it raises
 :class:`OpenRLHFInternalsError` listing **every** internal that changed, by name, with what was expected and what
 was found. The launcher calls it before patching anything and the trainer calls it again inside its Ray actor
@@ -12,7 +12,7 @@ was found. The launcher calls it before patching anything and the trainer calls 
 
 from __future__ import annotations
 
-from microcoder_ext.compat import UnsupportedVersionError
+from microcoder_ext.compat import TESTED, UnsupportedVersionError
 from microcoder_ext.internals import (
     Check,
     exists as _exists,
@@ -27,8 +27,8 @@ from microcoder_ext.internals import (
 )
 
 
-#: the DeepSpeed release the CPU backend runs on (compat/constraints-openrlhf-0.11.2.txt)
-DEEPSPEED_TESTED = "0.19.6"
+#: OpenRLHF release -> the DeepSpeed release it pins, which the CPU backend runs on (compat/constraints-openrlhf-*.txt)
+DEEPSPEED_TESTED = {"0.11.0": "0.19.5", "0.11.1": "0.19.5", "0.11.2": "0.19.6"}
 
 
 class OpenRLHFInternalsError(UnsupportedVersionError):
@@ -208,13 +208,13 @@ def check_openrlhf() -> str:
 
     Returns the installed OpenRLHF version.
     """
-    return require_internals("openrlhf", "0.11.2", "OpenRLHF", problems(), OpenRLHFInternalsError)
+    return require_internals("openrlhf", TESTED["openrlhf"], "OpenRLHF", problems(), OpenRLHFInternalsError)
 
 
 def check_vllm_routing() -> str:
     """:data:`VLLM_ROUTING_CHECKS` (run inside vLLM's processes by :mod:`microcoder_ext.openrlhf.cpu.engine`), all
     problems at once; returns the installed OpenRLHF version."""
-    return require_internals("openrlhf", "0.11.2", "OpenRLHF", problems(VLLM_ROUTING_CHECKS), OpenRLHFInternalsError)
+    return require_internals("openrlhf", TESTED["openrlhf"], "OpenRLHF", problems(VLLM_ROUTING_CHECKS), OpenRLHFInternalsError)
 
 
 def check_cpu_backend() -> str:
@@ -228,11 +228,12 @@ def check_cpu_backend() -> str:
 
     found = problems(CHECKS + CPU_BACKEND_CHECKS)
     deepspeed = installed_version("deepspeed")
-    if deepspeed != DEEPSPEED_TESTED:
-        found.append(f"deepspeed {deepspeed} (the CPU backend is tested with deepspeed=={DEEPSPEED_TESTED}: its CPU "
-                     "accelerator and op builders)")
+    tested = DEEPSPEED_TESTED.get(installed_version("openrlhf") or "", DEEPSPEED_TESTED[TESTED["openrlhf"][-1]])
+    if deepspeed != tested:
+        found.append(f"deepspeed {deepspeed} (the CPU backend is tested with deepspeed=={tested}, this OpenRLHF's "
+                     "own pin: its CPU accelerator and op builders)")
     try:
         vllm_cpu.check()
     except vllm_cpu.VllmInternalsChanged as e:
         found.append(str(e).replace("\n", "\n    "))
-    return require_internals("openrlhf", "0.11.2", "OpenRLHF", found, OpenRLHFInternalsError)
+    return require_internals("openrlhf", TESTED["openrlhf"], "OpenRLHF", found, OpenRLHFInternalsError)

@@ -32,7 +32,7 @@ with ``error: OpenRLHF rejected the arguments: ...``. No Ray, no model, no data.
 too); a real run without them is OpenRLHF's own ``ImportError``.
 
 Exit status: 0 ok, 1 refused (guard, preset conflict, OpenRLHF's validation), 2 usage (``--mc.*`` flags,
-OpenRLHF's argparse, or no ``--vllm.num_engines``: OpenRLHF 0.11.2 cannot generate without vLLM engines).
+OpenRLHF's argparse, or no ``--vllm.num_engines``: OpenRLHF cannot generate without vLLM engines).
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from microcoder_ext.openrlhf import options as mc_options
-from microcoder_ext.openrlhf.presets import Requirement, lookup, same_value, temperature_requirement
+from microcoder_ext.openrlhf.presets import Requirement, has, lookup, same_value, temperature_requirement
 
 EXIT_OK, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
 
@@ -92,13 +92,13 @@ class _Missing(_Refused):
 
 
 def missing_engines(args: Any) -> str | None:
-    """Why a launch with OpenRLHF's parsed ``args`` cannot generate (None: it can). OpenRLHF 0.11.2 generates only
+    """Why a launch with OpenRLHF's parsed ``args`` cannot generate (None: it can). OpenRLHF generates only
     with vLLM engines; without ``--vllm.num_engines`` it fails at the first step with ``IndexError: index out of
     range`` (a pop from its empty engine heap)."""
     return None if lookup(args, "vllm.num_engines") else MISSING_ENGINES
 
 
-MISSING_ENGINES = ("--vllm.num_engines is missing (or 0): OpenRLHF 0.11.2 generates only with vLLM engines and fails "
+MISSING_ENGINES = ("--vllm.num_engines is missing (or 0): OpenRLHF generates only with vLLM engines and fails "
                    "at the first step without one (IndexError: index out of range); add --vllm.num_engines N (and "
                    "--vllm.tensor_parallel_size)")
 
@@ -289,7 +289,9 @@ class _Run:
         self.mc, self.rest, self.trainer, self.version, self.placeholders = mc, rest, trainer, version, placeholders
         self.preset = mc.preset
         self.controller = TemperatureController(mc.config.temperature) if self.preset.temperature_control else None
-        self.requirements: list[Requirement] = list(self.preset.requirements)
+        #: requirements whose flag the installed OpenRLHF does not have: OpenRLHF is fixed to the value there
+        self.fixed: list[Requirement] = [r for r in self.preset.requirements if not r.applies_to(version)]
+        self.requirements: list[Requirement] = [r for r in self.preset.requirements if r.applies_to(version)]
         if self.controller is not None:
             self.requirements.append(temperature_requirement(self.controller.temperature(0)))
         self.injected = [token for req in self.requirements for token in req.flag]
@@ -307,6 +309,9 @@ class _Run:
     def check(self, args: Any) -> None:
         """Every preset requirement on OpenRLHF's parsed args; raises :class:`_Refused` with all problems."""
         preset, errors = self.preset, []
+        for req in self.fixed:
+            self.rows.append(_Row(req.option, _fmt(req.value), f"fixed in OpenRLHF {self.version} (no such flag "
+                                  f"before {req.since})"))
         missing = missing_engines(args)
         if missing:
             errors.append(missing)
@@ -421,9 +426,11 @@ class _Run:
         from microcoder_ext import __version__
 
         rows: list[_Row] = [_Row("[preset settings]", "", "")] + self.rows
-        required = {req.dest for req in self.requirements}
+        required = {req.dest for req in self.requirements + self.fixed}
         for dest in ALGORITHM_DESTS:  # the algorithm settings the preset leaves to you (all of them for mask_only)
-            if dest not in required:
+            if dest not in required and not has(args, dest):  # a flag this OpenRLHF release does not have
+                rows.append(_Row(f"--{dest}", "(no such flag)", f"OpenRLHF {self.version}"))
+            elif dest not in required:
                 given = _given(self.rest, f"--{dest}") or _given(self.injected, f"--{dest}")
                 rows.append(_Row(f"--{dest}", _fmt(_effective(args, dest)),
                                  ("command line" if given else "OpenRLHF default") + ", not set by the preset"))

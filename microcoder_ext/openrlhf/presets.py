@@ -38,6 +38,15 @@ class Requirement:
     why: str
     #: False: a different value is refused even with ``--mc.allow_override``
     overridable: bool = True
+    #: the first OpenRLHF release with this flag; before it OpenRLHF always behaves as ``value`` and has no flag, so
+    #: the requirement holds by construction and nothing is passed (None: every supported release has the flag)
+    since: str | None = None
+
+    def applies_to(self, version: str) -> bool:
+        """Whether OpenRLHF ``version`` has this setting as a flag (else it is fixed to ``value`` there)."""
+        from packaging.version import Version
+
+        return self.since is None or Version(version) >= Version(self.since)
 
     @property
     def option(self) -> str:
@@ -92,8 +101,10 @@ def _clip(low: float, high: float, why: str) -> tuple[Requirement, ...]:
 
 
 def _token_mean() -> Requirement:
+    # OpenRLHF 0.11.0/0.11.1 have no --actor.loss_agg_mode: PolicyLoss aggregates token-mean there, always (with the
+    # "ppo" policy loss the clip requirement pins)
     return Requirement("actor.loss_agg_mode", "token-mean", ("--actor.loss_agg_mode", "token-mean"),
-                       "token-mean loss aggregation [INF] (paper-spec §5, §12)")
+                       "token-mean loss aggregation [INF] (paper-spec §5, §12)", since="0.11.2")
 
 
 def _temperature(value: float) -> Requirement:
@@ -163,6 +174,16 @@ def temperature_requirement(value: float) -> Requirement:
         "step, paper-spec §4); set --mc.temperature.value instead",
         overridable=False,
     )
+
+
+def has(args: Any, dest: str) -> bool:
+    """Whether OpenRLHF's parsed ``args`` have ``dest`` (a flag of the installed release)."""
+    obj = args
+    for part in dest.split("."):
+        if not hasattr(obj, part):
+            return False
+        obj = getattr(obj, part)
+    return True
 
 
 def lookup(args: Any, dest: str) -> Any:

@@ -17,7 +17,7 @@ differently (sleep mode off, the memory fraction as a share of RAM, eager mode, 
 TensorBoard / checkpoint / output dirs (-> the work dir), the number of steps (OpenRLHF has no step limit:
 ``--data.max_samples`` = steps x prompts, one episode), checkpoint and eval intervals longer than the run (-> its last
 step) and a staged temperature schedule (compressed into the run). Every other flag is the user's. A launch without
-``--vllm.num_engines`` is refused (exit 2): OpenRLHF 0.11.2 cannot generate without vLLM engines.
+``--vllm.num_engines`` is refused (exit 2): OpenRLHF cannot generate without vLLM engines.
 
 :func:`run` runs the child and reads back per step what OpenRLHF logged in its TensorBoard event files (its
 ``train/*`` scalars: timings, policy loss, KL, ``vllm_kl``, ``microcoder/*``, the reward's ``mc_verdict_*`` rates) and

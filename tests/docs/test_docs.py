@@ -165,7 +165,7 @@ def test_make_test_runs_every_suite():
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "bash tests/run_all.sh"
     run_all = (ROOT / "tests" / "run_all.sh").read_text()
-    assert 'SUITES=${SUITES:-verl openrlhf trl verl-0.9.0 trl-1.15.0}' in run_all
+    assert 'SUITES=${SUITES:-verl openrlhf trl verl-0.9.0 openrlhf-0.11.0 openrlhf-0.11.1 trl-1.15.0}' in run_all
     for path in ("tests/docs/test_docs.py", "tests/docs/test_examples_verl.py", "tests/docs/test_examples_openrlhf.py",
                  "tests/docs/test_examples_trl.py"):
         assert path in run_all, path

@@ -221,7 +221,14 @@ def sampling_params(args):
 
     return SamplingParams(temperature=args.rollout.temperature, top_p=args.rollout.top_p, top_k=-1,
                           max_tokens=args.rollout.max_new_tokens, min_tokens=1, skip_special_tokens=False,
-                          logprobs=1 if args.algo.advantage.is_correction_level != "off" else None)
+                          logprobs=1 if is_correction_on(args) else None)
+
+
+def is_correction_on(args) -> bool:
+    """OpenRLHF's importance-sampling correction is on (0.11.2: ``is_correction_level``; 0.11.0/0.11.1:
+    ``is_correction_enable``)."""
+    adv = args.algo.advantage
+    return adv.is_correction_level != "off" if hasattr(adv, "is_correction_level") else bool(adv.is_correction_enable)
 
 
 def run_rollout(args, tokenizer, script: dict[str, list[str]], requests, num_samples: int):

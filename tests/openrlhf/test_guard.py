@@ -1,6 +1,6 @@
 """microcoder_ext.openrlhf.guard: the one check of every OpenRLHF internal the adapter relies on.
 
-It passes on the installed OpenRLHF 0.11.2; each simulated change (an internal removed, a signature changed, an
+It passes on the installed OpenRLHF (0.11.0, 0.11.1 or 0.11.2); each simulated change (an internal removed, a signature changed, an
 ``Experience`` field gone, another version) is named, all of them at once; and the launcher stops with the guard's
 message (exit 1) before it patches anything.
 """
@@ -10,6 +10,8 @@ from __future__ import annotations
 import dataclasses
 import runpy
 import sys
+
+from importlib import metadata
 
 import pytest
 
@@ -31,9 +33,11 @@ from microcoder_ext.openrlhf import guard, launcher
 def _supported_only(monkeypatch):
     monkeypatch.delenv(compat.ALLOW_ENV, raising=False)
 
+INSTALLED = metadata.version("openrlhf")
+
 
 def test_passes_on_the_installed_openrlhf():
-    assert guard.check_openrlhf() == "0.11.2"
+    assert guard.check_openrlhf() == INSTALLED
     assert guard.problems() == []
 
 
@@ -43,7 +47,7 @@ def test_a_removed_method_is_named(monkeypatch):
         guard.check_openrlhf()
     assert "openrlhf.trainer.ppo_trainer.BasePPOTrainer.train_step(self, rollout_samples, global_step): " \
            "AttributeError" in str(info.value)
-    assert "openrlhf 0.11.2" in str(info.value)
+    assert f"openrlhf {INSTALLED}" in str(info.value)
 
 
 def test_a_changed_signature_is_named(monkeypatch):
@@ -83,7 +87,7 @@ def test_another_version_is_refused_naming_both(monkeypatch):
     monkeypatch.setattr(compat, "installed_version", lambda dist: "0.11.3" if dist == "openrlhf" else real(dist))
     with pytest.raises(UnsupportedVersionError) as info:
         guard.check_openrlhf()
-    assert "openrlhf>=0.11.2,<0.11.3" in str(info.value) and "found openrlhf==0.11.3" in str(info.value)
+    assert "openrlhf>=0.11.0,<0.11.3" in str(info.value) and "found openrlhf==0.11.3" in str(info.value)
     assert not isinstance(info.value, guard.OpenRLHFInternalsError)
 
 
@@ -111,7 +115,7 @@ def test_the_launcher_stops_on_an_unsupported_version(monkeypatch, capsys):
 
 def test_cpu_backend_checks_pass_on_the_installed_openrlhf_and_deepspeed():
     assert guard.problems(guard.CPU_BACKEND_CHECKS) == []
-    assert guard.check_cpu_backend() == "0.11.2"
+    assert guard.check_cpu_backend() == INSTALLED
 
 
 def test_a_changed_weight_sync_is_named_and_only_the_cpu_backend_refuses(monkeypatch):
@@ -138,7 +142,7 @@ def test_a_changed_weight_sync_is_named_and_only_the_cpu_backend_refuses(monkeyp
     with pytest.raises(guard.OpenRLHFInternalsError) as info:
         guard.check_cpu_backend()
     assert "WorkerWrap.update_weight" in str(info.value) and "broadcast_to_vllm" in str(info.value)
-    assert guard.check_openrlhf() == "0.11.2"  # a GPU run does not depend on what the CPU backend mirrors
+    assert guard.check_openrlhf() == INSTALLED  # a GPU run does not depend on what the CPU backend mirrors
 
 
 def test_a_changed_torch_cuda_call_site_and_deepspeed_are_named(monkeypatch):
@@ -158,7 +162,7 @@ def test_a_changed_torch_cuda_call_site_and_deepspeed_are_named(monkeypatch):
         guard.check_cpu_backend()
     listed = [line for line in str(info.value).splitlines() if line.startswith("  - ")]
     assert any("torch_dist_barrier_and_cuda_sync calls torch.cuda.synchronize" in line for line in listed)
-    assert any("deepspeed 0.20.0 (the CPU backend is tested with deepspeed==0.19.6" in line for line in listed)
+    assert any(f"deepspeed 0.20.0 (the CPU backend is tested with deepspeed=={guard.DEEPSPEED_TESTED[INSTALLED]}" in line for line in listed)
 
 
 def test_a_changed_vllm_is_named_with_the_openrlhf_internals(monkeypatch):
@@ -179,7 +183,7 @@ def test_a_changed_vllm_is_named_with_the_openrlhf_internals(monkeypatch):
                  "vllm.distributed.utils.StatelessProcessGroup.create takes host, port, rank, world_size",
                  "vllm.v1.worker.cpu_model_runner.CPUModelRunner.load_model"):
         assert what in text, what
-    assert guard.check_openrlhf() == "0.11.2"
+    assert guard.check_openrlhf() == INSTALLED
 
 
 def test_the_smoke_plan_stops_on_the_cpu_guard(monkeypatch, tmp_path):

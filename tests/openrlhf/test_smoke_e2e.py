@@ -45,9 +45,11 @@ import sys
 import textwrap
 import time
 from collections import defaultdict
+from importlib import metadata
 from pathlib import Path
 
 import pytest
+from packaging.version import Version
 
 pytestmark = [pytest.mark.openrlhf, pytest.mark.slow]
 import openrlhf  # noqa: F401,E402  (a missing framework fails, never skips)
@@ -58,8 +60,15 @@ from microcoder_ext.core import verdicts as V  # noqa: E402
 ROOT = Path(__file__).resolve().parents[2]
 BUDGET = 20  # the tiny model's typical answer is 20 tokens with its EOS: some end at the budget, some are cut
 REWARD_FILE = str(ROOT / "microcoder_ext" / "openrlhf" / "openrlhf_reward.py")
-IS_PINNED = ["--algo.advantage.is_correction_level", "token", "--algo.advantage.is_correction_mode", "clip",
-             "--algo.advantage.is_correction_threshold", "1", "1"]
+#: OpenRLHF 0.11.0/0.11.1 name the importance-sampling correction's flags differently (is_correction_enable/_type)
+OLD_IS_FLAGS = Version(metadata.version("openrlhf")) < Version("0.11.2")
+#: token-level importance weights clipped to [1, 1] (TIS)
+IS_PINNED = (["--algo.advantage.is_correction_enable", "--algo.advantage.is_correction_type", "tis"] if OLD_IS_FLAGS
+             else ["--algo.advantage.is_correction_level", "token", "--algo.advantage.is_correction_mode", "clip"]) \
+    + ["--algo.advantage.is_correction_threshold", "1", "1"]
+#: token-level importance weights masked outside OpenRLHF's default band (ICEPOP)
+IS_TOKEN_MASK = (["--algo.advantage.is_correction_enable", "--algo.advantage.is_correction_type", "icepop"]
+                 if OLD_IS_FLAGS else ["--algo.advantage.is_correction_level", "token"])
 COMMON = [
     "--rollout.batch_size", "4", "--rollout.n_samples_per_prompt", "4",
     "--train.batch_size", "16",  # one update per step: the loss is at ratio 1
@@ -68,7 +77,7 @@ COMMON = [
 ]
 MC = ["--mc.preset", "microcoder", "--mc.mask.rho", "1", "--mc.mask.m", "16",  # 2m > budget: never a repeat
       "--mc.temperature.mode", "staged", "--mc.temperature.stages", "[[0, 1.0], [100, 1.2]]",
-      "--algo.advantage.is_correction_level", "token",
+      *IS_TOKEN_MASK,
       "--ckpt.save_steps", "2", "--data.prompt_dataset", "microcoder/not-on-this-machine"] + COMMON
 OPTS = ["--steps", "3", "--prompts", "4", "--max-samples", "4"]
 TOL = 2e-3  # policy loss vs hand value: bf16 log-prob ratios of the same forward are 1 within ~1e-4

@@ -129,7 +129,7 @@ def test_compress_stages_counts_from_step_0():
     (["--mc.preset", "microcoder", "--mc.dry_run", "--vllm.num_engines", "1"], "drop --mc.dry_run"),
     (["--mc.preset", "microcoder", "--rollout.temperature", "0.6", "--vllm.num_engines", "1"],
      "contradicts --mc.preset microcoder"),
-    # OpenRLHF 0.11.2 generates only with vLLM engines (without one: IndexError at the first step)
+    # OpenRLHF generates only with vLLM engines (without one: IndexError at the first step)
     (["--mc.preset", "microcoder", "--rollout.n_samples_per_prompt", "4"], "--vllm.num_engines is missing"),
     (["--rollout.n_samples_per_prompt", "2", "--algo.advantage.estimator", "group_norm", "--reward.remote_url",
       REWARD], "--vllm.num_engines is missing"),
