@@ -9,22 +9,24 @@
 #   bash tests/run_all.sh                 # all suites
 #   SUITES=verl bash tests/run_all.sh     # one suite (verl | openrlhf | trl | verl-0.9.0 | openrlhf-0.11.0 | openrlhf-0.11.1 | trl-1.15.0)
 #   bash tests/run_all.sh -k mask -x      # extra args go to pytest
-#   TEST_JOBS=1 bash tests/run_all.sh     # one pytest process at a time (default: every lane at once)
+#   TEST_JOBS=1 bash tests/run_all.sh     # one pytest process at a time (default 5; all: every lane at once)
 #
 # A suite runs as one or more lanes, each one pytest process; up to $TEST_JOBS lanes run at once. Most of a real
 # training launch (Ray, the trainer's workers, the vLLM engine) is process start-up that leaves the CPUs partly idle,
 # so the verl suite's launches (its end-to-end file and the docs' verl examples) are a lane of their own beside the
 # rest of the suite; the tests that time the host run alone at the end. The venvs are built at the same time, and a
-# suite's lanes start as soon as its venv is ready (on a fresh machine the verl tests run while OpenRLHF's builds); by
-# default every lane may run at once, so that OpenRLHF's, the longest and the last to have its venv on a fresh
-# machine, never waits for a slot. A lane's output goes to $TEST_LOGS/<lane>.log (default: a temporary directory,
+# suite's lanes start as soon as its venv is ready (on a fresh machine the verl tests run while OpenRLHF's builds); the
+# main suites' five lanes take the five default slots first, so that OpenRLHF's, the longest and the last to have its
+# venv on a fresh machine, never waits for one; the release lanes follow. A lane's output goes to $TEST_LOGS/<lane>.log (default: a temporary directory,
 # named on start) and is printed whole when the lane ends; the run fails if any lane fails or if no lane collected a
 # test.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 SUITES=${SUITES:-verl openrlhf trl verl-0.9.0 openrlhf-0.11.0 openrlhf-0.11.1 trl-1.15.0}
-TEST_JOBS=${TEST_JOBS:-all}
+# at most 5 lanes at once by default: each real training launch holds several GB (Ray, the trainer's workers, vLLM),
+# and the release lanes (one launch each) start as the main suites' lanes end, within CI's 24 GB
+TEST_JOBS=${TEST_JOBS:-5}
 . "$ROOT/compat/venv.sh"
 
 case "$TEST_JOBS" in all) ;; ''|*[!0-9]*|0) echo "run_all: TEST_JOBS must be an integer >= 1 or all, got '$TEST_JOBS'" >&2

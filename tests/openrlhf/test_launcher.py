@@ -180,6 +180,24 @@ def test_rollout_temperature_is_never_overridable_under_microcoder(run):
     assert result.args.rollout.temperature == pytest.approx(0.8)
 
 
+@pytest.mark.parametrize("name", ["microcoder", "dapo_baseline", "grpo_baseline"])
+def test_token_mean_is_passed_only_where_openrlhf_has_the_flag(run, name):
+    """OpenRLHF 0.11.0/0.11.1 have no --actor.loss_agg_mode (their loss is always token-mean): passing it would make
+    their argparse refuse the launch; 0.11.2 gets it."""
+    from importlib import metadata
+
+    from packaging.version import Version
+
+    result, out, _ = run(preset=name)
+    installed = metadata.version("openrlhf")
+    row = next(line for line in out.splitlines() if line.strip().startswith("--actor.loss_agg_mode"))
+    if Version(installed) < Version("0.11.2"):
+        assert not hasattr(result.args.actor, "loss_agg_mode")
+        assert "token-mean" in row and f"fixed in OpenRLHF {installed} (no such flag before 0.11.2)" in row
+    else:
+        assert result.args.actor.loss_agg_mode == "token-mean" and row.split()[-1] == "preset"
+
+
 @pytest.mark.parametrize("name", MASK_PRESETS)
 @pytest.mark.parametrize("flag", ["--train.async_enable", "--train.partial_rollout_enable"])
 def test_async_training_is_refused_where_our_trainer_runs(run, name, flag):
