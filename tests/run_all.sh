@@ -37,8 +37,9 @@ VERL_LAUNCHES="tests/verl/test_smoke_e2e.py tests/docs/test_examples_verl.py"
 # `make demo` (a 30-step training run with verl's main_ppo): a lane of its own beside the other launches
 VERL_DEMO="tests/docs/test_make_demo.py"
 # Tests that measure the host while a hostile program runs (the longest stall of a thread of the judging process,
-# its wall time): a busy machine stalls threads by itself, so they run alone, after the other lanes (~20 s).
-VERL_HOST="tests/reward/test_hostile_judge.py tests/reward/test_hostile_sandbox.py"
+# its wall time): a busy machine stalls threads by itself, so they run alone, after the other lanes (~2 min): every
+# file whose tests use the `hostile` fixture of tests/reward/conftest.py
+VERL_HOST="tests/reward/test_hostile_judge.py tests/reward/test_hostile_sandbox.py tests/reward/test_no_state_between_tests.py tests/reward/test_shape_rules.py"
 SOLO_LANES="verl-host"
 # The release lanes of the other releases of each range: the version guards, recipe composition, the real trainer
 # hooks, and one real `microcoder smoke` launch (verl: `+recipe=microcoder` with the real vLLM, 3 steps)
