@@ -99,12 +99,13 @@ _install_trl() {
 
 ensure_venv() {
   local name=$1 spec constraints extras
+  local install="_install_${name%%-*}"  # verl-0.9.0 installs as verl does
   spec=$(_venv_spec "$name") || return 1
   read -r constraints extras <<<"$spec"
   mkdir -p "$CACHE"
   local key
   # key: the pins, the declared dependencies (not the rest of pyproject.toml) and the install function, if any
-  key=$({ cat "$ROOT/compat/$constraints"; "$PYTHON" -c 'import sys, tomllib; p = tomllib.load(open(sys.argv[1], "rb"))["project"]; print(p["dependencies"], [p["optional-dependencies"][e] for e in sys.argv[2].split(",")])' "$ROOT/pyproject.toml" "$extras"; declare -f "_install_${name%%-*}" || true; } | sha256sum | cut -c1-12)
+  key=$({ cat "$ROOT/compat/$constraints"; "$PYTHON" -c 'import sys, tomllib; p = tomllib.load(open(sys.argv[1], "rb"))["project"]; print(p["dependencies"], [p["optional-dependencies"][e] for e in sys.argv[2].split(",")])' "$ROOT/pyproject.toml" "$extras"; declare -f "$install" || true; } | sha256sum | cut -c1-12)
   local venv="$CACHE/venv-$name-$key"
   if [ ! -f "$venv/.ready" ]; then
     log "creating $venv (first run only: a few minutes)"
@@ -113,8 +114,8 @@ ensure_venv() {
     _pip "$venv" install --upgrade "pip>=24" "setuptools>=77" wheel || return 1
     # CPU torch first, from the pinned local wheel: an unpinned torch would pull a multi-GB CUDA build
     _pip "$venv" install "torch==2.13.0" -c "$ROOT/compat/$constraints" || return 1
-    if declare -F "_install_${name%%-*}" >/dev/null; then
-      "_install_${name%%-*}" "$venv" "$ROOT/compat/$constraints" "$extras" || return 1
+    if declare -F "$install" >/dev/null; then
+      "$install" "$venv" "$ROOT/compat/$constraints" "$extras" || return 1
     else
       _pip "$venv" install -c "$ROOT/compat/$constraints" -e "$ROOT[$extras]" || return 1
     fi

@@ -14,7 +14,7 @@ import inspect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from microcoder_ext.compat import UnsupportedVersionError, require
+from microcoder_ext.compat import TESTED, UnsupportedVersionError, require
 
 
 @dataclass(frozen=True)
@@ -106,12 +106,11 @@ def problems(checks: Sequence[Check]) -> list[str]:
     return out
 
 
-def require_internals(dist: str, tested: str | tuple[str, ...], package: str, found: list[str],
-                      error: type[UnsupportedVersionError]) -> str:
-    """The installed version of ``dist`` (supported range enforced), or ``error`` listing ``found``. ``tested``: the
-    release(s) tested, newest last."""
+def require_internals(dist: str, package: str, found: list[str], error: type[UnsupportedVersionError]) -> str:
+    """The installed version of ``dist`` (supported range enforced), or ``error`` listing ``found`` with the releases
+    tested (:data:`microcoder_ext.compat.TESTED`)."""
     version = require(dist)
-    releases = (tested,) if isinstance(tested, str) else tuple(tested)
+    releases = TESTED[dist]
     if found:
         raise error(
             f"microcoder-ext's {package} adapter relies on {package} internals that differ in the installed "

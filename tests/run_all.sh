@@ -72,9 +72,9 @@ lane_files() {
     trl) echo "tests/core tests/trl tests/docs/test_examples_trl.py" ;;
     # another release of TRL's range: the guard, the trainer's hooks in TRL's real GRPO step, the fused-head kernel,
     # `microcoder smoke trl` (real steps), the presets and the doctor
-    trl-*) echo "$TRL_RELEASE_LANE" ;;
-    verl-*) echo "$VERL_RELEASE_LANE" ;;
-    openrlhf-*) echo "$OPENRLHF_RELEASE_LANE" ;;
+    trl-[0-9]*) echo "$TRL_RELEASE_LANE" ;;
+    verl-[0-9]*) echo "$VERL_RELEASE_LANE" ;;
+    openrlhf-[0-9]*) echo "$OPENRLHF_RELEASE_LANE" ;;
   esac
 }
 

@@ -1,8 +1,8 @@
 """The one version guard of the OpenRLHF adapter: every OpenRLHF internal the adapter relies on, checked at once.
 
 OpenRLHF has no plugin API, so the launcher and the trainer subclass depend on internals of 0.11.0-0.11.2, the same
-in the three releases (notes: ``shared/notes/openrlhf-0.11.2.md`` §5, §7). :func:`check_openrlhf` verifies the installed version
-(:func:`microcoder_ext.compat.require`) and then each internal in :data:`CHECKS`; it raises
+in the three releases (notes: ``shared/notes/openrlhf-0.11.2.md`` §5, §7). :func:`check_openrlhf` verifies the
+installed version (:func:`microcoder_ext.compat.require`) and then each internal in :data:`CHECKS`; it raises
 :class:`OpenRLHFInternalsError` listing **every** internal that changed, by name, with what was expected and what
 was found. The launcher calls it before patching anything and the trainer calls it again inside its Ray actor
 (the worker may run another installation than the driver).
@@ -208,13 +208,13 @@ def check_openrlhf() -> str:
 
     Returns the installed OpenRLHF version.
     """
-    return require_internals("openrlhf", TESTED["openrlhf"], "OpenRLHF", problems(), OpenRLHFInternalsError)
+    return require_internals("openrlhf", "OpenRLHF", problems(), OpenRLHFInternalsError)
 
 
 def check_vllm_routing() -> str:
     """:data:`VLLM_ROUTING_CHECKS` (run inside vLLM's processes by :mod:`microcoder_ext.openrlhf.cpu.engine`), all
     problems at once; returns the installed OpenRLHF version."""
-    return require_internals("openrlhf", TESTED["openrlhf"], "OpenRLHF", problems(VLLM_ROUTING_CHECKS), OpenRLHFInternalsError)
+    return require_internals("openrlhf", "OpenRLHF", problems(VLLM_ROUTING_CHECKS), OpenRLHFInternalsError)
 
 
 def check_cpu_backend() -> str:
@@ -236,4 +236,4 @@ def check_cpu_backend() -> str:
         vllm_cpu.check()
     except vllm_cpu.VllmInternalsChanged as e:
         found.append(str(e).replace("\n", "\n    "))
-    return require_internals("openrlhf", TESTED["openrlhf"], "OpenRLHF", found, OpenRLHFInternalsError)
+    return require_internals("openrlhf", "OpenRLHF", found, OpenRLHFInternalsError)

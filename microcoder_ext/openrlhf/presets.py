@@ -178,11 +178,10 @@ def temperature_requirement(value: float) -> Requirement:
 
 def has(args: Any, dest: str) -> bool:
     """Whether OpenRLHF's parsed ``args`` have ``dest`` (a flag of the installed release)."""
-    obj = args
-    for part in dest.split("."):
-        if not hasattr(obj, part):
-            return False
-        obj = getattr(obj, part)
+    try:
+        lookup(args, dest)
+    except AttributeError:
+        return False
     return True
 
 

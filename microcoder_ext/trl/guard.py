@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import inspect
 
-from microcoder_ext.compat import TESTED, UnsupportedVersionError
+from microcoder_ext.compat import UnsupportedVersionError
 from microcoder_ext.internals import (
     Check,
     fields,
@@ -121,4 +121,4 @@ def check_trl() -> str:
 
     Returns the installed TRL version.
     """
-    return require_internals("trl", TESTED["trl"], "TRL", problems(), TRLInternalsError)
+    return require_internals("trl", "TRL", problems(), TRLInternalsError)

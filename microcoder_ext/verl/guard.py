@@ -10,9 +10,8 @@ of silently mis-masking or sampling at one temperature and scoring at another.
 from __future__ import annotations
 
 from microcoder_ext import internals as I
-from microcoder_ext.compat import TESTED as _TESTED, UnsupportedVersionError
+from microcoder_ext.compat import UnsupportedVersionError
 
-TESTED = _TESTED["verl"]  # every release of the supported range, newest last
 BASE = "verl.trainer.ppo.v1.trainer_base:PPOTrainer"
 SYNC = "verl.trainer.ppo.v1.trainer_sync:PPOTrainerSync"
 
@@ -63,4 +62,4 @@ def trainer_internal_problems() -> list[str]:
 
 def check_trainer_internals() -> str:
     """The installed verl version, or :class:`VerlTrainerInternalsChanged` naming every changed internal."""
-    return I.require_internals("verl", TESTED, "verl", trainer_internal_problems(), VerlTrainerInternalsChanged)
+    return I.require_internals("verl", "verl", trainer_internal_problems(), VerlTrainerInternalsChanged)

@@ -61,12 +61,11 @@ def launch_refusal(cfg, app: str) -> str | None:
     or None. Cheap: no verl import."""
     from omegaconf import OmegaConf
 
+    from microcoder_ext.compat import UnsupportedVersionError, require
     from microcoder_ext.core.config import ConfigError, parse_config
     from microcoder_ext.verl.recipe_checks import MASK_TRAINER_MODE
     from microcoder_ext.verl.recipes import select
     from microcoder_ext.verl.temperature import check_temperature_config
-
-    from microcoder_ext.compat import UnsupportedVersionError, require
 
     try:  # a verl outside the supported range (0.8: no v1 trainer, no plugin entry point) never builds our trainer
         require("verl")

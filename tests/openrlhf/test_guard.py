@@ -1,7 +1,7 @@
 """microcoder_ext.openrlhf.guard: the one check of every OpenRLHF internal the adapter relies on.
 
-It passes on the installed OpenRLHF (0.11.0, 0.11.1 or 0.11.2); each simulated change (an internal removed, a signature changed, an
-``Experience`` field gone, another version) is named, all of them at once; and the launcher stops with the guard's
+It passes on the installed OpenRLHF (0.11.0, 0.11.1 or 0.11.2); each simulated change (an internal removed, a
+signature changed, an ``Experience`` field gone, another version) is named, all of them at once; and the launcher stops with the guard's
 message (exit 1) before it patches anything.
 """
 
@@ -10,7 +10,6 @@ from __future__ import annotations
 import dataclasses
 import runpy
 import sys
-
 from importlib import metadata
 
 import pytest
@@ -28,12 +27,12 @@ import microcoder_ext.compat as compat
 from microcoder_ext.compat import UnsupportedVersionError
 from microcoder_ext.openrlhf import guard, launcher
 
+INSTALLED = metadata.version("openrlhf")
+
 
 @pytest.fixture(autouse=True)
 def _supported_only(monkeypatch):
     monkeypatch.delenv(compat.ALLOW_ENV, raising=False)
-
-INSTALLED = metadata.version("openrlhf")
 
 
 def test_passes_on_the_installed_openrlhf():
@@ -162,7 +161,8 @@ def test_a_changed_torch_cuda_call_site_and_deepspeed_are_named(monkeypatch):
         guard.check_cpu_backend()
     listed = [line for line in str(info.value).splitlines() if line.startswith("  - ")]
     assert any("torch_dist_barrier_and_cuda_sync calls torch.cuda.synchronize" in line for line in listed)
-    assert any(f"deepspeed 0.20.0 (the CPU backend is tested with deepspeed=={guard.DEEPSPEED_TESTED[INSTALLED]}" in line for line in listed)
+    tested = guard.DEEPSPEED_TESTED[INSTALLED]
+    assert any(f"deepspeed 0.20.0 (the CPU backend is tested with deepspeed=={tested}" in line for line in listed)
 
 
 def test_a_changed_vllm_is_named_with_the_openrlhf_internals(monkeypatch):

@@ -9,9 +9,7 @@ re-checks its own internal in the process that applies it).
 from __future__ import annotations
 
 from microcoder_ext import internals as I
-from microcoder_ext.compat import TESTED as _TESTED, UnsupportedVersionError
-
-TESTED = _TESTED["verl"]  # every release of the supported range, newest last
+from microcoder_ext.compat import UnsupportedVersionError
 
 
 class VerlInternalsChanged(UnsupportedVersionError):
@@ -116,7 +114,7 @@ def problems() -> list[str]:
 def check_cpu_backend() -> str:
     """The installed verl version; raises :class:`VerlInternalsChanged` naming every changed internal (of verl, and
     of the vLLM CPU build its rollout runs on)."""
-    return I.require_internals("verl", TESTED, "verl CPU backend (microcoder_ext/verl/cpu)", problems(),
+    return I.require_internals("verl", "verl CPU backend (microcoder_ext/verl/cpu)", problems(),
                                VerlInternalsChanged)
 
 
@@ -124,4 +122,4 @@ def require(check: I.Check) -> None:
     """Raise :class:`VerlInternalsChanged` if one internal does not hold (each patch calls it before patching)."""
     found = I.problems([check])
     if found:
-        I.require_internals("verl", TESTED, "verl CPU backend (microcoder_ext/verl/cpu)", found, VerlInternalsChanged)
+        I.require_internals("verl", "verl CPU backend (microcoder_ext/verl/cpu)", found, VerlInternalsChanged)
