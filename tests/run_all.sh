@@ -9,24 +9,25 @@
 #   bash tests/run_all.sh                 # all suites
 #   SUITES=verl bash tests/run_all.sh     # one suite (verl | openrlhf | trl | verl-0.9.0 | openrlhf-0.11.0 | openrlhf-0.11.1 | trl-1.15.0)
 #   bash tests/run_all.sh -k mask -x      # extra args go to pytest
-#   TEST_JOBS=1 bash tests/run_all.sh     # one pytest process at a time (default 5; all: every lane at once)
+#   TEST_JOBS=1 bash tests/run_all.sh     # one pytest process at a time (default 6; all: every lane at once)
+#   TEST_MEMORY_GB=12 bash tests/run_all.sh   # the real launches' shared memory budget (default: RAM less max(8 GB, 35 %))
 #
 # A suite runs as one or more lanes, each one pytest process; up to $TEST_JOBS lanes run at once. Most of a real
 # training launch (Ray, the trainer's workers, the vLLM engine) is process start-up that leaves the CPUs partly idle,
-# so the verl suite's launches (its end-to-end file and the docs' verl examples) are a lane of their own beside the
-# rest of the suite; the tests that time the host run alone at the end. The venvs are built at the same time, and a
+# so the verl suite's launches (its end-to-end file and the docs' verl examples), `make demo` and the reward's accuracy
+# file are lanes of their own beside the rest of the suite; the tests that time the host run alone at the end. The
+# launches of all lanes share one memory budget (tests/conftest.py). The venvs are built at the same time, and a
 # suite's lanes start as soon as its venv is ready (on a fresh machine the verl tests run while OpenRLHF's builds); the
-# main suites' five lanes take the five default slots first, so that OpenRLHF's, the longest and the last to have its
-# venv on a fresh machine, never waits for one; the release lanes follow. A lane's output goes to $TEST_LOGS/<lane>.log (default: a temporary directory,
-# named on start) and is printed whole when the lane ends; the run fails if any lane fails or if no lane collected a
-# test.
+# main suites' six lanes take the six default slots first, so that OpenRLHF's, the longest and the last to have its
+# venv on a fresh machine, never waits for one; the release lanes follow. A lane's output goes to
+# $TEST_LOGS/<lane>.log (default: a temporary directory, named on start) and is printed whole when the lane ends; the
+# run fails if any lane fails or if no lane collected a test.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 SUITES=${SUITES:-verl openrlhf trl verl-0.9.0 openrlhf-0.11.0 openrlhf-0.11.1 trl-1.15.0}
-# at most 5 lanes at once by default: each real training launch holds several GB (Ray, the trainer's workers, vLLM),
-# and the release lanes (one launch each) start as the main suites' lanes end, within CI's 24 GB
-TEST_JOBS=${TEST_JOBS:-5}
+# at most 6 lanes at once by default (2 cores: more only adds memory); the release lanes follow the main suites'
+TEST_JOBS=${TEST_JOBS:-6}
 . "$ROOT/compat/venv.sh"
 
 case "$TEST_JOBS" in all) ;; ''|*[!0-9]*|0) echo "run_all: TEST_JOBS must be an integer >= 1 or all, got '$TEST_JOBS'" >&2
@@ -36,6 +37,9 @@ case "$TEST_JOBS" in all) ;; ''|*[!0-9]*|0) echo "run_all: TEST_JOBS must be an 
 VERL_LAUNCHES="tests/verl/test_smoke_e2e.py tests/docs/test_examples_verl.py"
 # `make demo` (a 30-step training run with verl's main_ppo): a lane of its own beside the other launches
 VERL_DEMO="tests/docs/test_make_demo.py"
+# the reward's accuracy on every LeetCodeDataset problem in every encoding (~40,000 judged programs, a fresh process
+# per test: the longest CPU-bound file): a lane of its own, started with the launches
+VERL_ACCURACY="tests/reward/test_accuracy_formats.py"
 # Tests that measure the host while a hostile program runs (the longest stall of a thread of the judging process,
 # its wall time): a busy machine stalls threads by itself, so they run alone, after the other lanes (~2 min): every
 # file whose tests use the `hostile` fixture of tests/reward/conftest.py
@@ -43,14 +47,14 @@ VERL_HOST="tests/reward/test_hostile_judge.py tests/reward/test_hostile_sandbox.
 SOLO_LANES="verl-host"
 # The release lanes of the other releases of each range: the version guards, recipe composition, the real trainer
 # hooks, and one real `microcoder smoke` launch (verl: `+recipe=microcoder` with the real vLLM, 3 steps)
-VERL_RELEASE_LANE="tests/core/test_compat.py tests/verl/test_trainer_guard.py tests/verl/test_cpu_backend.py tests/verl/test_plugin.py tests/verl/test_recipes.py tests/verl/test_launch_guard.py tests/verl/test_trainer_mask.py tests/verl/test_trainer_temperature.py tests/verl/test_smoke_e2e.py::test_mask_zeroes_eligible_advantages_in_the_real_loss tests/verl/test_smoke_e2e.py::test_truncation_is_vllms_length_stop tests/verl/test_smoke_e2e.py::test_staged_temperature_reaches_vllm_and_the_logprobs tests/verl/test_smoke_e2e.py::test_logprob_check_discriminates_a_temperature_mismatch"
+VERL_RELEASE_LANE="tests/core/test_compat.py tests/verl/test_install.py tests/verl/test_trainer_guard.py tests/verl/test_cpu_backend.py tests/verl/test_plugin.py tests/verl/test_recipes.py tests/verl/test_launch_guard.py tests/verl/test_trainer_mask.py tests/verl/test_trainer_temperature.py tests/verl/test_smoke_e2e.py::test_mask_zeroes_eligible_advantages_in_the_real_loss tests/verl/test_smoke_e2e.py::test_truncation_is_vllms_length_stop tests/verl/test_smoke_e2e.py::test_staged_temperature_reaches_vllm_and_the_logprobs tests/verl/test_smoke_e2e.py::test_logprob_check_discriminates_a_temperature_mismatch"
 OPENRLHF_RELEASE_LANE="tests/core/test_compat.py tests/openrlhf/test_guard.py tests/openrlhf/test_launcher.py tests/openrlhf/test_openrlhf_recipes.py tests/openrlhf/test_advantage_mask.py tests/openrlhf/test_trainer_mask.py tests/openrlhf/test_doctor_openrlhf.py tests/openrlhf/test_smoke_e2e.py::test_mask_zeroes_eligible_advantages_in_the_real_loss tests/openrlhf/test_smoke_e2e.py::test_staged_temperature_switches_sampler_and_logprobs"
 TRL_RELEASE_LANE="tests/core/test_compat.py tests/trl/test_trl_guard.py tests/trl/test_trl_trainer.py tests/trl/test_cpu_logprob.py tests/trl/test_smoke_trl.py tests/trl/test_trl_config.py tests/trl/test_doctor_trl.py"
 
 # lanes_of SUITE -> the suite's lane names, launch-heavy first
 lanes_of() {
   case "$1" in
-    verl) echo "verl-launches verl-demo verl verl-host" ;;
+    verl) echo "verl-launches verl-demo verl-accuracy verl verl-host" ;;
     openrlhf) echo "openrlhf" ;;
     trl) echo "trl" ;;
     verl-0.9.0|openrlhf-0.11.0|openrlhf-0.11.1|trl-1.15.0) echo "$1" ;;
@@ -63,8 +67,9 @@ lane_files() {
   case "$1" in
     verl-launches) echo "$VERL_LAUNCHES" ;;
     verl-demo) echo "$VERL_DEMO" ;;
+    verl-accuracy) echo "$VERL_ACCURACY" ;;
     verl) echo "tests/core tests/smoke tests/reward tests/verl tests/data tests/eval tests/demo tests/docs/test_docs.py" \
-               "--ignore=tests/verl/test_smoke_e2e.py" "--ignore=${VERL_HOST// / --ignore=}" ;;
+               "--ignore=tests/verl/test_smoke_e2e.py" "--ignore=$VERL_ACCURACY" "--ignore=${VERL_HOST// / --ignore=}" ;;
     verl-host) echo "$VERL_HOST" ;;
     # the reward engine's own tests (tests/reward) run in the verl suite; flash_attn is stubbed by
     # tests/openrlhf/conftest.py (compat/cpu_stubs.py)
@@ -88,6 +93,18 @@ describe() {  # SUITE PYTHON -> one line naming the framework release the suite 
 
 LOGS=${TEST_LOGS:-$(mktemp -d "${TMPDIR:-/tmp}/microcoder-tests.XXXXXX")}
 mkdir -p "$LOGS"
+# The memory budget of the real launches (tests marked memory(gb), tests/conftest.py): each real training launch
+# holds several GB (verl's main_ppo ~8, OpenRLHF's train_ppo_ray ~5), so the lanes' launches wait for a share of this
+# budget instead of running out of memory together. Default: the machine's RAM less max(8 GB, 35 %) for everything
+# else (pytest processes, sandboxed programs, Ray-only tests): 15 GB of CI's 24 GB. A run started by a test shares its
+# parent's budget.
+if [ -z "${MICROCODER_TEST_MEMORY_DIR:-}" ]; then
+  export MICROCODER_TEST_MEMORY_DIR="$LOGS/memory-budget"
+  mkdir -p "$MICROCODER_TEST_MEMORY_DIR"
+  total_mb=$(awk '/^MemTotal:/ {print int($2 / 1024)}' /proc/meminfo)
+  rest_mb=$(( total_mb * 35 / 100 > 8192 ? total_mb * 35 / 100 : 8192 ))
+  export MICROCODER_TEST_MEMORY_GB=${TEST_MEMORY_GB:-$(( (total_mb - rest_mb) / 1024 ))}
+fi
 unset TEST_LOGS  # a run_all.sh that a test starts (tests/docs) gets a directory of its own
 start=$SECONDS
 status=0
@@ -110,7 +127,7 @@ for suite in $SUITES; do
   BUILD_OF_PID[$!]=$suite
 done
 BUILD_T0=$SECONDS
-log "${#lanes[@]} lane(s), up to $TEST_JOBS at once, then ${#solo[@]} alone; live logs in $LOGS/<lane>.log"
+log "${#lanes[@]} lane(s), up to $TEST_JOBS at once, then ${#solo[@]} alone; live logs in $LOGS/<lane>.log; real launches share ${MICROCODER_TEST_MEMORY_GB} GB"
 
 built() {  # PID RC: a venv build ended
   local suite=${BUILD_OF_PID[$1]}
@@ -138,9 +155,13 @@ finish() {  # PID RC: print a finished lane's log and fold its exit code into th
 }
 
 start_lane() {  # SUITE LANE [PYTEST ARGS...]: in the background
-  local suite=$1 lane=$2; shift 2
+  local suite=$1 lane=$2 mode; shift 2
+  mode=$(venv_install_mode "$suite")
+  # a wheel venv (microcoder-ext installed as users install it): PYTHONSAFEPATH=1 keeps this checkout off sys.path in
+  # pytest and in every process it starts (launches, Ray and vLLM workers), so all of them import the wheel
   # shellcheck disable=SC2046  # lane_files is a word list
-  (cd "$ROOT" && exec "${PY[$suite]}" -m pytest --durations=20 $(lane_files "$lane") "$@") >"$LOGS/$lane.log" 2>&1 &
+  (cd "$ROOT" && export MICROCODER_TEST_INSTALL="$mode" && if [ "$mode" = wheel ]; then export PYTHONSAFEPATH=1; fi \
+   && exec "${PY[$suite]}" -m pytest --durations=20 $(lane_files "$lane") "$@") >"$LOGS/$lane.log" 2>&1 &
   LANE_OF_PID[$!]=$lane; LANE_T0[$lane]=$SECONDS
   log "lane $lane started ($suite venv): $(lane_files "$lane")"
 }

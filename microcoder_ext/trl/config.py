@@ -104,9 +104,17 @@ def microcoder_grpo_config(preset: str = "microcoder", **overrides: Any):
     (0.0, 0.2, 0.28, 'dapo')
 
     A preset's mask / temperature switches are on :data:`PRESETS` (``PRESETS[preset].mask``,
-    ``.temperature_control``), for :class:`~microcoder_ext.trl.trainer.MicrocoderGRPOTrainer`.
+    ``.temperature_control``), for :class:`~microcoder_ext.trl.trainer.MicrocoderGRPOTrainer`. The config of a preset
+    with either (``microcoder``, ``mask_only``) is refused by any other ``GRPOTrainer`` (a
+    :class:`~microcoder_ext.trl.guard.PlainTrainerError` at construction), which would train without them.
     """
     from trl import GRPOConfig
 
-    kwargs = {**_preset(preset).grpo, **overrides}
-    return GRPOConfig(**kwargs)
+    from microcoder_ext.trl import guard
+
+    p = _preset(preset)
+    config = GRPOConfig(**{**p.grpo, **overrides})
+    if p.mask or p.temperature_control:  # only MicrocoderGRPOTrainer applies it: any other GRPOTrainer refuses it
+        guard.refuse_plain_trainers()
+        setattr(config, guard.PRESET_ATTR, p.name)
+    return config

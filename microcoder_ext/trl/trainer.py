@@ -108,6 +108,9 @@ class MicrocoderGRPOTrainer(GRPOTrainer):
     one); without one it follows ``microcoder.mask.missing_verdict``.
     """
 
+    #: a preset GRPOConfig that needs this trainer is accepted here (any other GRPOTrainer refuses it: guard)
+    _microcoder_applies_presets = True
+
     def __init__(self, *args: Any, microcoder: Any = None, temperature_control: bool = True, **kwargs: Any):
         guard.check_trl()
         cfg = as_microcoder_config(microcoder)

@@ -10,6 +10,7 @@ import os
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 
 from docblocks import ROOT, run_and_check, sandbox_env, venv_env
 
@@ -138,6 +139,7 @@ def test_eval(tmp_path):
     assert {k: demo[shown["id"]][k] for k in shown} == shown  # the JSON line the page shows
 
 
+@pytest.mark.memory(8)  # a real main_ppo launch (tests/conftest.py)
 def test_smoke_train_sh(tmp_path):
     ran = run_and_check(["SMOKE=1 MODEL=qwen3_1.7b ALGO=microcoder bash verl_recipes/train.sh"], tmp_path,
                         _env(tmp_path))

@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import os
 
+import pytest
+
 from docblocks import ROOT, run_and_check, sandbox_env, venv_env
 
 #: sandbox uids of this test: 60500..60539 (the other docs examples: 60540.., tests/reward: 60610.. and up)
@@ -19,6 +21,7 @@ DEMO = ["bash compat/in_venv.sh verl microcoder demo --output-dir demo-out"]
 MIN_HELDOUT_GAIN = 0.10
 
 
+@pytest.mark.memory(8)  # verl's main_ppo with vLLM for 30 steps (tests/conftest.py)
 def test_make_demo(tmp_path):
     """``make demo`` (README, quickstart page): verl's own main_ppo with +recipe=microcoder and the real vLLM trains
     the tiny Qwen3 for 30 steps; the held-back pass rate (verl's own validation) is up by the bar's margin, and the

@@ -51,7 +51,8 @@ from pathlib import Path
 import pytest
 from packaging.version import Version
 
-pytestmark = [pytest.mark.openrlhf, pytest.mark.slow]
+# memory: each launch holds ~5 GB (machine's used memory, measured; tests/conftest.py)
+pytestmark = [pytest.mark.openrlhf, pytest.mark.slow, pytest.mark.memory(5)]
 import openrlhf  # noqa: F401,E402  (a missing framework fails, never skips)
 import torch  # noqa: E402
 

@@ -53,10 +53,10 @@ def test_trainer_refuses_before_building(monkeypatch, tmp_path, tokenizer):
     from microcoder_ext.trl.trainer import MicrocoderGRPOTrainer
 
     built = []
-    monkeypatch.setattr(grpo_trainer.GRPOTrainer, "log", lambda self, logs, start_time=None: None)  # no _metrics use
-    monkeypatch.setattr(grpo_trainer.GRPOTrainer, "__init__", lambda self, *a, **k: built.append(1))
     args = microcoder_grpo_config(output_dir=str(tmp_path), use_cpu=True, bf16=False, report_to="none",
                                   num_generations=2, per_device_train_batch_size=2)
+    monkeypatch.setattr(grpo_trainer.GRPOTrainer, "log", lambda self, logs, start_time=None: None)  # no _metrics use
+    monkeypatch.setattr(grpo_trainer.GRPOTrainer, "__init__", lambda self, *a, **k: built.append(1))
     with pytest.raises(guard.TRLInternalsError) as err:
         MicrocoderGRPOTrainer(model=None, reward_funcs=[CodeReward()], args=args,
                               train_dataset=Dataset.from_list([{"prompt": "p"}]), processing_class=tokenizer)

@@ -34,7 +34,8 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = [pytest.mark.verl, pytest.mark.slow]
+# memory: each launch holds ~8 GB (machine's used memory, measured), ~10 GB on two FSDP ranks (tests/conftest.py)
+pytestmark = [pytest.mark.verl, pytest.mark.slow, pytest.mark.memory(8)]
 
 BUDGET = 20  # tokens: about a third of the warm-started model's answers are cut by vLLM
 PROMPTS = 8
@@ -298,6 +299,7 @@ def test_checkpoint_resume_with_the_engine(mc, mc_resume):
 # ------------------------------------------------------------------------------------------------ baseline, 2 ranks
 
 
+@pytest.mark.memory(10)
 def test_reference_model_kl_on_two_fsdp_ranks(baseline2):
     work, _ = baseline2
     m = metrics(work)

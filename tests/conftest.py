@@ -1,0 +1,193 @@
+"""Every suite's tests: the memory budget that `make test` shares between its lanes, and what each test held.
+
+`make test` (tests/run_all.sh) runs several pytest processes side by side. A real training launch (Ray, a trainer's
+workers, vLLM's engine and its workers) holds several GB of RAM for minutes (verl's ``main_ppo``: ~8 GB, ~10 GB on
+two FSDP ranks; OpenRLHF's ``train_ppo_ray``: ~5 GB, measured as the machine's used memory), and a few at once would
+pass CI's 24 GB: Ray's memory monitor then kills workers and the run fails for want of memory, not for a bug.
+
+* A test marked ``@pytest.mark.memory(gb)`` first reserves ``gb`` of the run's budget
+  (``$MICROCODER_TEST_MEMORY_GB``, shared through ``$MICROCODER_TEST_MEMORY_DIR``; run_all.sh sets both), in the order
+  the tests asked, and holds it through its setup, call and teardown (a module's launch fixture runs in its first
+  test's setup). A test alone may take more than the budget. Without run_all (plain pytest) nothing waits.
+* Every test's peak resident memory, summed over its own process and every process it started (Ray's and vLLM's
+  included; shared pages count once per process), is sampled every 0.5 s, except in tests that time this process's
+  threads; the session ends with the tests that held the most and the time spent waiting for the budget.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+DIR_ENV = "MICROCODER_TEST_MEMORY_DIR"
+BUDGET_ENV = "MICROCODER_TEST_MEMORY_GB"
+SAMPLE_S = 0.5
+_PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+@contextlib.contextmanager
+def _locked(directory: Path):
+    """The shared state file, read and written under an exclusive lock; dead holders and waiters are dropped."""
+    with open(directory / "lock", "a+") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        path = directory / "state.json"
+        try:
+            state = json.loads(path.read_text()) if path.exists() else {}
+        except ValueError:
+            state = {}
+        state.setdefault("held", {})
+        state.setdefault("queue", [])
+        state["held"] = {t: h for t, h in state["held"].items() if _alive(h["pid"])}
+        state["queue"] = [q for q in state["queue"] if _alive(q["pid"])]
+        yield state
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(state))
+        tmp.replace(path)
+
+
+@contextlib.contextmanager
+def reserve(directory: Path, budget: float, gb: float, what: str):
+    """Hold ``gb`` of ``budget`` (first come, first served; alone, any amount) for the duration. Yields the seconds
+    waited."""
+    token = f"{os.getpid()}:{time.monotonic_ns()}"
+    mine = {"token": token, "pid": os.getpid(), "gb": gb, "test": what}
+    t0 = time.monotonic()
+    with _locked(directory) as state:
+        state["queue"].append(mine)
+    try:
+        while True:
+            with _locked(directory) as state:
+                used = sum(h["gb"] for h in state["held"].values())
+                first = state["queue"][0]["token"] if state["queue"] else None
+                if first == token and (not state["held"] or used + gb <= budget):
+                    state["queue"].pop(0)
+                    state["held"][token] = mine
+                    break
+            time.sleep(1.0)
+        waited = time.monotonic() - t0
+        yield waited
+    finally:
+        with _locked(directory) as state:
+            state["held"].pop(token, None)
+            state["queue"] = [q for q in state["queue"] if q["token"] != token]
+
+
+def _children() -> dict[int, list[int]]:
+    kids: dict[int, list[int]] = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        kids.setdefault(ppid, []).append(int(entry.name))
+    return kids
+
+
+def tree_rss() -> int:
+    """Bytes resident in this process and all its descendants."""
+    kids, total, todo = _children(), 0, [os.getpid()]
+    while todo:
+        pid = todo.pop()
+        try:
+            with open(f"/proc/{pid}/statm") as f:
+                total += int(f.read().split()[1]) * _PAGE
+        except (OSError, IndexError, ValueError):
+            pass
+        todo.extend(kids.get(pid, ()))
+    return total
+
+
+class _Sampler:
+    """The peak of :func:`tree_rss` over the current test, sampled every SAMPLE_S seconds in a thread."""
+
+    def __init__(self):
+        self.peak = 0
+        #: not sampled: a test that measures this process's thread stalls (the `hostile` fixture, tests/reward)
+        self.paused = False
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        threading.Thread(target=self._run, name="test-memory-sampler", daemon=True).start()
+
+    def _run(self):
+        while not self._stop.wait(SAMPLE_S):
+            if self.paused:
+                continue
+            rss = tree_rss()
+            with self._lock:
+                self.peak = max(self.peak, rss)
+
+    def take(self) -> int:
+        with self._lock:
+            peak, self.peak = max(self.peak, tree_rss()), 0
+        return peak
+
+    def stop(self):
+        self._stop.set()
+
+
+_sampler: _Sampler | None = None
+_report: list[tuple[float, str, float | None]] = []  # (peak GB, node id, reserved GB)
+_waits: list[tuple[float, str]] = []
+
+
+def pytest_configure(config):
+    global _sampler
+    if _sampler is None and not hasattr(config, "workerinput"):
+        _sampler = _Sampler()
+
+
+def pytest_unconfigure(config):
+    if _sampler is not None:
+        _sampler.stop()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    marker = item.get_closest_marker("memory")
+    gb = float(marker.args[0]) if marker is not None else None
+    directory = os.environ.get(DIR_ENV)
+    if _sampler is not None:
+        _sampler.paused = "hostile" in getattr(item, "fixturenames", ())
+        _sampler.take()  # what ran before this test is not its own
+    try:
+        if gb is not None and directory:
+            budget = float(os.environ.get(BUDGET_ENV) or 0)
+            with reserve(Path(directory), budget, gb, item.nodeid) as waited:
+                if waited >= 1:
+                    _waits.append((waited, item.nodeid))
+                return (yield)
+        return (yield)
+    finally:
+        if _sampler is not None:
+            _report.append((_sampler.take() / 2**30, item.nodeid, gb))
+
+
+def pytest_terminal_summary(terminalreporter):
+    if _report:
+        tr = terminalreporter
+        tr.section("peak memory per test (its process tree, GB; [reserved])")
+        for peak, nodeid, gb in sorted(_report, reverse=True)[:15]:
+            tr.write_line(f"{peak:6.2f}  {'[%g]' % gb if gb is not None else '    '}  {nodeid}")
+    if _waits:
+        terminalreporter.write_line(f"waited for the memory budget: {sum(w for w, _ in _waits):.0f} s in "
+                                    f"{len(_waits)} test(s) (budget {os.environ.get(BUDGET_ENV)} GB)")
