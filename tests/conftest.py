@@ -9,9 +9,11 @@ pass CI's 24 GB: Ray's memory monitor then kills workers and the run fails for w
   (``$MICROCODER_TEST_MEMORY_GB``, shared through ``$MICROCODER_TEST_MEMORY_DIR``; run_all.sh sets both), in the order
   the tests asked, and holds it through its setup, call and teardown (a module's launch fixture runs in its first
   test's setup). A test alone may take more than the budget. Without run_all (plain pytest) nothing waits.
-* Every test's peak resident memory, summed over its own process and every process it started (Ray's and vLLM's
-  included; shared pages count once per process), is sampled every 0.5 s, except in tests that time this process's
-  threads; the session ends with the tests that held the most and the time spent waiting for the budget.
+* The peak resident memory of every test marked ``memory`` or ``slow`` (the tests that start launches, Ray or
+  TransferQueue), summed over its own process and every process it started (Ray's and vLLM's included; shared pages
+  count once per process), is sampled every second; the session ends with the tests that held the most and the time
+  spent waiting for the budget. (A sample walks all of /proc, ~15-50 ms: every test at twice a second cost six lanes
+  about half a core.)
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ import pytest
 
 DIR_ENV = "MICROCODER_TEST_MEMORY_DIR"
 BUDGET_ENV = "MICROCODER_TEST_MEMORY_GB"
-SAMPLE_S = 0.5
+SAMPLE_S = 1.0
 _PAGE = os.sysconf("SC_PAGE_SIZE")
 
 
@@ -122,8 +124,8 @@ class _Sampler:
 
     def __init__(self):
         self.peak = 0
-        #: not sampled: a test that measures this process's thread stalls (the `hostile` fixture, tests/reward)
-        self.paused = False
+        #: sampled only in tests that start launches, Ray or TransferQueue (markers ``memory``, ``slow``)
+        self.paused = True
         self._stop = threading.Event()
         self._lock = threading.Lock()
         threading.Thread(target=self._run, name="test-memory-sampler", daemon=True).start()
@@ -138,7 +140,7 @@ class _Sampler:
 
     def take(self) -> int:
         with self._lock:
-            peak, self.peak = max(self.peak, tree_rss()), 0
+            peak, self.peak = (self.peak if self.paused else max(self.peak, tree_rss())), 0
         return peak
 
     def stop(self):
@@ -166,9 +168,10 @@ def pytest_runtest_protocol(item, nextitem):
     marker = item.get_closest_marker("memory")
     gb = float(marker.args[0]) if marker is not None else None
     directory = os.environ.get(DIR_ENV)
+    sampled = marker is not None or item.get_closest_marker("slow") is not None
     if _sampler is not None:
-        _sampler.paused = "hostile" in getattr(item, "fixturenames", ())
         _sampler.take()  # what ran before this test is not its own
+        _sampler.paused = not sampled
     try:
         if gb is not None and directory:
             budget = float(os.environ.get(BUDGET_ENV) or 0)
@@ -178,14 +181,15 @@ def pytest_runtest_protocol(item, nextitem):
                 return (yield)
         return (yield)
     finally:
-        if _sampler is not None:
+        if _sampler is not None and sampled:
             _report.append((_sampler.take() / 2**30, item.nodeid, gb))
+            _sampler.paused = True
 
 
 def pytest_terminal_summary(terminalreporter):
     if _report:
         tr = terminalreporter
-        tr.section("peak memory per test (its process tree, GB; [reserved])")
+        tr.section("peak memory per test marked memory or slow (its process tree, GB; [reserved])")
         for peak, nodeid, gb in sorted(_report, reverse=True)[:15]:
             tr.write_line(f"{peak:6.2f}  {'[%g]' % gb if gb is not None else '    '}  {nodeid}")
     if _waits:

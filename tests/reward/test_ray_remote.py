@@ -14,6 +14,8 @@ from microcoder_ext.reward import Engine, EngineConfig
 
 import ray
 
+pytestmark = pytest.mark.slow  # starts Ray
+
 UID_BASE = 60650 + 3 * (os.getpid() % 16)  # its own uid range (conftest: 60700.., test_concurrency: 60600..)
 
 

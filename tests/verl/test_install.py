@@ -54,6 +54,7 @@ def test_a_process_started_from_the_checkout_imports_the_same_install():
     assert _from_checkout(package) == _from_checkout(plugin) == (INSTALL == "editable"), r.stdout
 
 
+@pytest.mark.slow
 def test_a_ray_worker_imports_the_same_install(tmp_path):
     """Started from a run directory, as `microcoder smoke` starts main_ppo (Ray puts the driver's working directory on
     its workers' sys.path: a driver started inside a checkout gives its workers that checkout)."""

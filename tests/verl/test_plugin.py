@@ -86,6 +86,7 @@ def test_import_verl_loads_no_trainer_and_main_ppo_lookup_finds_microcoder_sync(
     assert "microcoder_sync" in r.stdout.split("UNKNOWN", 1)[1]
 
 
+@pytest.mark.slow
 def test_main_ppo_task_runner_actor_finds_microcoder_sync():
     # where verl really resolves trainer_mode: TaskRunnerV1.run in its own Ray worker process, which loads the
     # plugin through `import verl` when it unpickles the actor class
