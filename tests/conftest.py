@@ -6,9 +6,10 @@ two FSDP ranks; OpenRLHF's ``train_ppo_ray``: ~5 GB, measured as the machine's u
 pass CI's 24 GB: Ray's memory monitor then kills workers and the run fails for want of memory, not for a bug.
 
 * A test marked ``@pytest.mark.memory(gb)`` first reserves ``gb`` of the run's budget
-  (``$MICROCODER_TEST_MEMORY_GB``, shared through ``$MICROCODER_TEST_MEMORY_DIR``; run_all.sh sets both), in the order
-  the tests asked, and holds it through its setup, call and teardown (a module's launch fixture runs in its first
-  test's setup). A test alone may take more than the budget. Without run_all (plain pytest) nothing waits.
+  (``$MICROCODER_TEST_MEMORY_GB``, shared through ``$MICROCODER_TEST_MEMORY_DIR``; run_all.sh sets both) and holds it
+  through its setup, call and teardown (a module's launch fixture runs in its first test's setup). The first waiter,
+  in the order they asked, whose share fits takes it (a smaller launch does not wait behind a larger one that does
+  not fit yet); a test alone may take more than the budget. Without run_all (plain pytest) nothing waits.
 * The peak resident memory of every test marked ``memory`` or ``slow`` (the tests that start launches, Ray or
   TransferQueue), summed over its own process and every process it started (Ray's and vLLM's included; shared pages
   count once per process), is sampled every second; the session ends with the tests that held the most and the time
@@ -66,8 +67,8 @@ def _locked(directory: Path):
 
 @contextlib.contextmanager
 def reserve(directory: Path, budget: float, gb: float, what: str):
-    """Hold ``gb`` of ``budget`` (first come, first served; alone, any amount) for the duration. Yields the seconds
-    waited."""
+    """Hold ``gb`` of ``budget`` for the duration: taken when it fits and no earlier waiter's share fits (alone, any
+    amount). Yields the seconds waited."""
     token = f"{os.getpid()}:{time.monotonic_ns()}"
     mine = {"token": token, "pid": os.getpid(), "gb": gb, "test": what}
     t0 = time.monotonic()
@@ -77,9 +78,13 @@ def reserve(directory: Path, budget: float, gb: float, what: str):
         while True:
             with _locked(directory) as state:
                 used = sum(h["gb"] for h in state["held"].values())
-                first = state["queue"][0]["token"] if state["queue"] else None
-                if first == token and (not state["held"] or used + gb <= budget):
-                    state["queue"].pop(0)
+
+                def fits(w):
+                    return not state["held"] or used + w["gb"] <= budget
+
+                first = next((w for w in state["queue"] if fits(w)), None)
+                if first is not None and first["token"] == token:
+                    state["queue"] = [w for w in state["queue"] if w["token"] != token]
                     state["held"][token] = mine
                     break
             time.sleep(1.0)

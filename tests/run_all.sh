@@ -10,7 +10,7 @@
 #   SUITES=verl bash tests/run_all.sh     # one suite (verl | openrlhf | trl | verl-0.9.0 | openrlhf-0.11.0 | openrlhf-0.11.1 | trl-1.15.0)
 #   bash tests/run_all.sh -k mask -x      # extra args go to pytest
 #   TEST_JOBS=1 bash tests/run_all.sh     # one pytest process at a time (default 6; all: every lane at once)
-#   TEST_MEMORY_GB=12 bash tests/run_all.sh   # the real launches' shared memory budget (default: RAM less max(8 GB, 35 %))
+#   TEST_MEMORY_GB=12 bash tests/run_all.sh   # the real launches' shared memory budget (default: RAM less max(7 GB, 30 %))
 #
 # A suite runs as one or more lanes, each one pytest process; up to $TEST_JOBS lanes run at once. Most of a real
 # training launch (Ray, the trainer's workers, the vLLM engine) is process start-up that leaves the CPUs partly idle,
@@ -96,14 +96,14 @@ LOGS=${TEST_LOGS:-$(mktemp -d "${TMPDIR:-/tmp}/microcoder-tests.XXXXXX")}
 mkdir -p "$LOGS"
 # The memory budget of the real launches (tests marked memory(gb), tests/conftest.py): each real training launch
 # holds several GB (verl's main_ppo ~8, OpenRLHF's train_ppo_ray ~5), so the lanes' launches wait for a share of this
-# budget instead of running out of memory together. Default: the machine's RAM less max(8 GB, 35 %) for everything
-# else (pytest processes, sandboxed programs, Ray-only tests): 15 GB of CI's 24 GB. A run started by a test shares its
-# parent's budget.
+# budget instead of running out of memory together. Default: the machine's RAM less max(7 GB, 30 %) for everything
+# else (pytest processes, sandboxed programs, Ray-only tests): 16 GB of CI's 24 GB, two verl launches at once. A run
+# started by a test shares its parent's budget.
 if [ -z "${MICROCODER_TEST_MEMORY_DIR:-}" ]; then
   export MICROCODER_TEST_MEMORY_DIR="$LOGS/memory-budget"
   mkdir -p "$MICROCODER_TEST_MEMORY_DIR"
   total_mb=$(awk '/^MemTotal:/ {print int($2 / 1024)}' /proc/meminfo)
-  rest_mb=$(( total_mb * 35 / 100 > 8192 ? total_mb * 35 / 100 : 8192 ))
+  rest_mb=$(( total_mb * 30 / 100 > 7168 ? total_mb * 30 / 100 : 7168 ))
   export MICROCODER_TEST_MEMORY_GB=${TEST_MEMORY_GB:-$(( (total_mb - rest_mb) / 1024 ))}
 fi
 unset TEST_LOGS  # a run_all.sh that a test starts (tests/docs) gets a directory of its own
@@ -190,14 +190,19 @@ wait_any() {  # [TIMEOUT]: the next venv build or lane to end (or nothing after 
 # (a check of a cached venv takes seconds; a build, minutes)
 pending=("${lanes[@]}")
 while [ "${#pending[@]}" -gt 0 ] || [ "${#LANE_OF_PID[@]}" -gt 0 ] || [ "${#BUILD_OF_PID[@]}" -gt 0 ]; do
-  rest=() held=0
+  rest=() held=0 main_waiting=0
   for entry in "${pending[@]}"; do
     suite=${entry%%:*}
+    # a release lane (verl-0.9.0, ...) starts only once every main suite's lane has (the main lanes come first):
+    # on a fresh machine a release venv can be ready before the main ones, and its lane must not take their slot
+    main=1
+    case "$suite" in *-[0-9]*) main=0; if [ "$main_waiting" -eq 1 ]; then rest+=("$entry"); continue; fi ;; esac
     case "${READY[$suite]:-}" in
       1) if [ "${#LANE_OF_PID[@]}" -lt "$TEST_JOBS" ] && [ "$held" -eq 0 ]; then start_lane "$suite" "${entry#*:}" "$@"
-         else rest+=("$entry"); fi ;;
+         else rest+=("$entry"); main_waiting=$((main_waiting | main)); fi ;;
       0) ;;  # its venv failed: reported above
-      *) rest+=("$entry"); if [ $((SECONDS - BUILD_T0)) -lt 60 ]; then held=1; fi ;;
+      *) rest+=("$entry"); main_waiting=$((main_waiting | main))
+         if [ $((SECONDS - BUILD_T0)) -lt 60 ]; then held=1; fi ;;
     esac
   done
   pending=("${rest[@]}")

@@ -23,16 +23,34 @@ def hold(directory, total, gb, seconds, events, name):
         events.append(("out", name, time.monotonic()))
 
 
-def test_a_launch_waits_until_its_share_fits_and_the_order_is_kept(tmp_path):
+def test_a_launch_waits_until_its_share_fits_and_a_smaller_one_goes_ahead(tmp_path):
     events = []
-    first = threading.Thread(target=hold, args=(tmp_path, 10, 6, 2.0, events, "first"))
+    first = threading.Thread(target=hold, args=(tmp_path, 10, 6, 2.5, events, "first"))
     first.start()
     while not events:
         time.sleep(0.05)
     second = threading.Thread(target=hold, args=(tmp_path, 10, 6, 0.1, events, "second"))
     second.start()
     time.sleep(0.3)
-    third = threading.Thread(target=hold, args=(tmp_path, 10, 1, 0.1, events, "third"))  # fits, but asked later
+    third = threading.Thread(target=hold, args=(tmp_path, 10, 3, 0.1, events, "third"))  # fits now, asked later
+    third.start()
+    for t in (first, second, third):
+        t.join(30)
+    order = [(kind, name) for kind, name, _ in events]
+    assert order.index(("in", "second")) > order.index(("out", "first")), order  # 6 + 6 > 10
+    assert order.index(("in", "third")) < order.index(("out", "first")), order  # 6 + 3 fits: it does not wait
+
+
+def test_when_both_fit_the_earlier_waiter_goes_first(tmp_path):
+    events = []
+    first = threading.Thread(target=hold, args=(tmp_path, 10, 9, 2.0, events, "first"))
+    first.start()
+    while not events:
+        time.sleep(0.05)
+    second = threading.Thread(target=hold, args=(tmp_path, 10, 8, 1.5, events, "second"))
+    second.start()
+    time.sleep(0.3)
+    third = threading.Thread(target=hold, args=(tmp_path, 10, 2, 0.1, events, "third"))  # fits beside second only
     third.start()
     for t in (first, second, third):
         t.join(30)
