@@ -131,7 +131,6 @@ CHECKS: tuple[Check, ...] = (
 )
 
 
-
 def refuse_plain_trainers() -> None:
     """Wrap ``trl.GRPOTrainer.__init__`` (once) so that a trainer class without :data:`APPLIES_ATTR` refuses a
     ``GRPOConfig`` marked with :data:`PRESET_ATTR`, naming the trainer to use. Every other call goes through

@@ -23,42 +23,35 @@ def hold(directory, total, gb, seconds, events, name):
         events.append(("out", name, time.monotonic()))
 
 
-def test_a_launch_waits_until_its_share_fits_and_a_smaller_one_goes_ahead(tmp_path):
+def run_three(directory, budget_gb, first, second, third) -> list[tuple[str, str]]:
+    """``first`` takes its share; then ``second`` and, 0.3 s later, ``third`` ask (each a ``(gb, seconds held)``).
+    Returns the ("in" | "out", name) events in order; the state file is empty at the end."""
     events = []
-    first = threading.Thread(target=hold, args=(tmp_path, 10, 6, 2.5, events, "first"))
-    first.start()
-    while not events:
-        time.sleep(0.05)
-    second = threading.Thread(target=hold, args=(tmp_path, 10, 6, 0.1, events, "second"))
-    second.start()
-    time.sleep(0.3)
-    third = threading.Thread(target=hold, args=(tmp_path, 10, 3, 0.1, events, "third"))  # fits now, asked later
-    third.start()
-    for t in (first, second, third):
+    threads = []
+    for name, (gb, seconds) in zip(("first", "second", "third"), (first, second, third)):
+        t = threading.Thread(target=hold, args=(directory, budget_gb, gb, seconds, events, name))
+        t.start()
+        threads.append(t)
+        while name == "first" and not events:
+            time.sleep(0.05)
+        if name == "second":
+            time.sleep(0.3)
+    for t in threads:
         t.join(30)
-    order = [(kind, name) for kind, name, _ in events]
+    assert json.loads((directory / "state.json").read_text()) == {"held": {}, "queue": []}
+    return [(kind, name) for kind, name, _ in events]
+
+
+def test_a_launch_waits_until_its_share_fits_and_a_smaller_one_goes_ahead(tmp_path):
+    order = run_three(tmp_path, 10, (6, 2.5), (6, 0.1), (3, 0.1))  # third: fits now, asked later
     assert order.index(("in", "second")) > order.index(("out", "first")), order  # 6 + 6 > 10
     assert order.index(("in", "third")) < order.index(("out", "first")), order  # 6 + 3 fits: it does not wait
 
 
 def test_when_both_fit_the_earlier_waiter_goes_first(tmp_path):
-    events = []
-    first = threading.Thread(target=hold, args=(tmp_path, 10, 9, 2.0, events, "first"))
-    first.start()
-    while not events:
-        time.sleep(0.05)
-    second = threading.Thread(target=hold, args=(tmp_path, 10, 8, 1.5, events, "second"))
-    second.start()
-    time.sleep(0.3)
-    third = threading.Thread(target=hold, args=(tmp_path, 10, 2, 0.1, events, "third"))  # fits beside second only
-    third.start()
-    for t in (first, second, third):
-        t.join(30)
-    order = [(kind, name) for kind, name, _ in events]
+    order = run_three(tmp_path, 10, (9, 2.0), (8, 1.5), (2, 0.1))  # third: fits beside second only
     assert order.index(("in", "second")) > order.index(("out", "first")), order
     assert order.index(("in", "third")) > order.index(("in", "second")), order
-    state = json.loads((tmp_path / "state.json").read_text())
-    assert state == {"held": {}, "queue": []}
 
 
 def test_a_dead_holder_frees_its_share(tmp_path):
