@@ -10,6 +10,10 @@ pass CI's 24 GB: Ray's memory monitor then kills workers and the run fails for w
   through its setup, call and teardown (a module's launch fixture runs in its first test's setup). The first waiter,
   in the order they asked, whose share fits takes it (a smaller launch does not wait behind a larger one that does
   not fit yet); a test alone may take more than the budget. Without run_all (plain pytest) nothing waits.
+* A test marked ``slow`` without ``memory`` (it starts Ray, TransferQueue or a Ray actor: 1-3 GB for a minute)
+  reserves ``SLOW_GB``. Unbudgeted, they ran beside two launches on CI's 24 GB machine, and there a Ray actor of
+  one of them did not come up in 600 s (most likely memory: with little left the kernel keeps dropping the page
+  cache of the libraries every process is importing).
 * The peak resident memory of every test marked ``memory`` or ``slow`` (the tests that start launches, Ray or
   TransferQueue), summed over its own process and every process it started (Ray's and vLLM's included; shared pages
   count once per process), is sampled every second; the session ends with the tests that held the most and the time
@@ -32,6 +36,7 @@ import pytest
 DIR_ENV = "MICROCODER_TEST_MEMORY_DIR"
 BUDGET_ENV = "MICROCODER_TEST_MEMORY_GB"
 SAMPLE_S = 1.0
+SLOW_GB = 2.0
 _PAGE = os.sysconf("SC_PAGE_SIZE")
 
 
@@ -171,9 +176,10 @@ def pytest_unconfigure(config):
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_protocol(item, nextitem):
     marker = item.get_closest_marker("memory")
-    gb = float(marker.args[0]) if marker is not None else None
+    slow = item.get_closest_marker("slow") is not None
+    gb = float(marker.args[0]) if marker is not None else SLOW_GB if slow else None
     directory = os.environ.get(DIR_ENV)
-    sampled = marker is not None or item.get_closest_marker("slow") is not None
+    sampled = marker is not None or slow
     if _sampler is not None:
         _sampler.take()  # what ran before this test is not its own
         _sampler.paused = not sampled

@@ -97,8 +97,8 @@ mkdir -p "$LOGS"
 # The memory budget of the real launches (tests marked memory(gb), tests/conftest.py): each real training launch
 # holds several GB (verl's main_ppo ~8, OpenRLHF's train_ppo_ray ~5), so the lanes' launches wait for a share of this
 # budget instead of running out of memory together. Default: the machine's RAM less max(7 GB, 30 %) for everything
-# else (pytest processes, sandboxed programs, Ray-only tests): 16 GB of CI's 24 GB, two verl launches at once. A run
-# started by a test shares its parent's budget.
+# else (pytest processes, sandboxed programs): 16 GB of CI's 24 GB, two verl launches at once; a test that starts
+# only Ray (marked slow) takes 2 GB of it. A run started by a test shares its parent's budget.
 if [ -z "${MICROCODER_TEST_MEMORY_DIR:-}" ]; then
   export MICROCODER_TEST_MEMORY_DIR="$LOGS/memory-budget"
   mkdir -p "$MICROCODER_TEST_MEMORY_DIR"

@@ -81,3 +81,28 @@ def test_tree_rss_counts_the_children(tmp_path):
     finally:
         child.kill()
         child.wait()
+
+
+def test_what_each_kind_of_test_reserves(tmp_path):
+    """Through pytest itself: a ``memory(gb)`` test holds gb, a ``slow`` one (it starts Ray) SLOW_GB, others nothing."""
+    (tmp_path / "conftest.py").write_text((Path(__file__).parents[1] / "conftest.py").read_text())
+    (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    slow: x\n    memory(gb): x\n")
+    (tmp_path / "test_shares.py").write_text(
+        "import json, os, pytest\n"
+        "def held():\n"
+        "    state = json.load(open(os.path.join(os.environ['MICROCODER_TEST_MEMORY_DIR'], 'state.json')))\n"
+        "    return sorted(h['gb'] for h in state['held'].values())\n"
+        "@pytest.mark.memory(3)\n"
+        "def test_launch(): assert held() == [3.0]\n"
+        "@pytest.mark.slow\n"
+        f"def test_ray(): assert held() == [{budget.SLOW_GB}]\n"
+        "@pytest.mark.slow\n"
+        "@pytest.mark.memory(5)\n"
+        "def test_slow_launch(): assert held() == [5.0]\n"
+        "def test_plain(): assert held() == []\n"
+    )
+    (tmp_path / "budget").mkdir()
+    env = {"MICROCODER_TEST_MEMORY_DIR": str(tmp_path / "budget"), "MICROCODER_TEST_MEMORY_GB": "16", "PATH": "/usr/bin:/bin"}
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_shares.py"],
+                       cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and "4 passed" in r.stdout, r.stdout[-3000:] + r.stderr[-2000:]

@@ -103,19 +103,36 @@ def test_main_ppo_task_runner_actor_finds_microcoder_sync():
             import verl
             return sorted(m for m in sys.modules if m.startswith(('verl.trainer.ppo.v1', 'microcoder_ext')))
 
-        print('WORKER', ray.get(worker_modules.remote()))
+        def get(ref):
+            # bounded: a Ray worker that never comes up (it hung once on CI's loaded 2 cores) fails with what Ray
+            # and the machine said, instead of an empty 600 s timeout
+            try:
+                return ray.get(ref, timeout=300)
+            except ray.exceptions.GetTimeoutError:
+                import glob, os, subprocess
+                print('TIMEOUT', 'load', os.getloadavg(), open('/proc/meminfo').read().split(chr(10))[:3])
+                print(subprocess.run(['ps', '-eo', 'pid,ppid,stat,etime,time,rss,args', '--sort=-rss'],
+                                     capture_output=True, text=True).stdout[:3000])
+                logs = ray._private.worker._global_node.get_session_dir_path() + '/logs/'
+                for path in [logs + 'raylet.out'] + sorted(glob.glob(logs + 'worker-*.err')):
+                    lines = [l for l in open(path, errors='replace') if not l.startswith('[state-dump]')]
+                    print('==', path, ''.join(lines[-25:])[-2500:])
+                sys.stdout.flush()
+                os._exit(3)
+
+        print('WORKER', get(worker_modules.remote()))
         for mode in ('microcoder_sync', 'no_such_trainer'):
             cfg = OmegaConf.create({'trainer': {'v1': {'trainer_mode': mode}}})
             OmegaConf.set_struct(cfg, True)  # run() fails at config.transfer_queue, right after the lookup
             try:
-                ray.get(TaskRunnerV1.remote().run.remote(cfg))
-            except Exception as e:
+                get(TaskRunnerV1.remote().run.remote(cfg))
+            except ray.exceptions.RayError as e:
                 print('MODE', mode, type(e).__name__, str(e).replace(chr(10), ' '))
         ray.shutdown()
         """,
-        timeout=600,
+        timeout=900,
     )
-    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+    assert r.returncode == 0, r.stdout[-12000:] + r.stderr[-3000:]
     worker = next(line for line in r.stdout.splitlines() if line.startswith("WORKER"))
     assert "microcoder_ext.verl.plugin" in worker and "verl.trainer.ppo.v1" not in worker and OUR_TRAINER not in worker
     ours = next(line for line in r.stdout.splitlines() if line.startswith("MODE microcoder_sync"))
