@@ -25,7 +25,7 @@ Compiled-code cache: the first child of a job that compiles the program stores `
 object in the job's ``code`` memfd (after every sandbox layer is on); later children of the same job load it
 from there instead of compiling again (the job process copies the first child's memfd into the next one's with
 ``copy_file_range``). The job process never reads that memfd into its memory, so it never parses anything a
-program could have written; a child that finds the blob unusable (absent, foreign source hash, not loadable) just
+program could have written; a child that finds the blob unusable (absent, another source, not loadable) just
 compiles. Every launcher closes the descriptor right after loading or storing the code, before any test process
 exists. The nonce is not a secret from the program (it can scan its memory for it); it only keeps a premature exit
 from looking like success. What a forged record can claim is bounded by the worker: an output it could have
@@ -37,7 +37,6 @@ from __future__ import annotations
 import atexit
 import builtins
 import fcntl
-import hashlib
 import io
 import json
 import marshal
@@ -56,7 +55,11 @@ from . import landlock as _landlock
 
 RESULT_FD = 3
 CODE_FD = None  # the job's compiled-code memfd after setup (see the module docstring), when the worker gives one
-_CODE_MAGIC = b"MCcode1\0"
+_CODE_MAGIC = b"MCcode2\0"
+#: imported by a job's launcher, before its sandbox layers, when the program's source names them (and by the
+#: program's own import in each test otherwise): rarely used modules kept out of the worker (see
+#: ``worker.ON_DEMAND_IMPORT``)
+ON_DEMAND_IMPORT = ("cmath", "decimal", "fractions", "hashlib", "statistics", "unicodedata")
 MAX_ERR = 2000
 _json_dumps = json.dumps
 _dumps = json.JSONEncoder(ensure_ascii=False, allow_nan=True, separators=(",", ":"), check_circular=True).encode
@@ -249,6 +252,7 @@ def run(spec: dict | None, fds: dict, libc) -> None:
             if spec is None:
                 os._exit(0)
             nonce = spec["nonce"]
+        _import_on_demand(spec["code"])
         enter(spec, libc)
         _fresh_stdio()
         sys.setrecursionlimit(spec.get("recursion_limit", 100000))
@@ -265,6 +269,17 @@ def run(spec: dict | None, fds: dict, libc) -> None:
     except BaseException:
         pass
     os._exit(121)
+
+
+def _import_on_demand(source: str) -> None:
+    """Import the :data:`ON_DEMAND_IMPORT` modules that ``source`` names (a substring match: a mention in a comment
+    imports one for nothing), as the worker imports the others: before the uid drop, from the trusted library."""
+    for name in ON_DEMAND_IMPORT:
+        if name in source and name not in sys.modules:
+            try:
+                __import__(name)
+            except Exception:
+                pass  # the program's own import will say why
 
 
 def _compile(spec: dict, nonce: str, index: int | None):
@@ -288,11 +303,12 @@ def _close_code_fd() -> None:
 
 def _compile_cached(spec: dict, nonce: str, index: int | None):
     source = spec["code"]
-    try:
-        digest = hashlib.sha256(source.encode("utf-8", "surrogatepass")).digest()
+    try:  # the key of the cached code: the source itself (no hash module needed in every launcher)
+        raw = source.encode("utf-8", "surrogatepass")
+        key = len(raw).to_bytes(8, "little") + raw
     except BaseException:
-        digest = None
-    code = _cached_code(digest)
+        key = None
+    code = _cached_code(key)
     if code is not None:
         return code
     try:
@@ -304,21 +320,21 @@ def _compile_cached(spec: dict, nonce: str, index: int | None):
         _close_code_fd()
         _emit(nonce, rec)
         _finish(1)
-    _store_code(code, digest, spec["limits"]["file_size_bytes"])
+    _store_code(code, key, spec["limits"]["file_size_bytes"])
     return code
 
 
-def _cached_code(digest):
+def _cached_code(key):
     """The code object a previous child of this job stored for the same source, or None."""
-    if CODE_FD is None or digest is None:
+    if CODE_FD is None or key is None:
         return None
     try:
         size = os.fstat(CODE_FD).st_size
-        head = len(_CODE_MAGIC) + len(digest)
+        head = len(_CODE_MAGIC) + len(key)
         if size <= head:
             return None
         data = os.pread(CODE_FD, size, 0)
-        if data[:head] != _CODE_MAGIC + digest:
+        if data[:head] != _CODE_MAGIC + key:
             return None
         code = marshal.loads(memoryview(data)[head:])
         return code if isinstance(code, types.CodeType) else None
@@ -326,15 +342,15 @@ def _cached_code(digest):
         return None
 
 
-def _store_code(code, digest, file_size_limit: int) -> None:
+def _store_code(code, key, file_size_limit: int) -> None:
     """Store ``code`` for the later children of this job (first compiling child only; never past
     RLIMIT_FSIZE, whose SIGXFSZ would kill this child)."""
-    if CODE_FD is None or digest is None:
+    if CODE_FD is None or key is None:
         return
     try:
         if os.fstat(CODE_FD).st_size:
             return
-        data = _CODE_MAGIC + digest + marshal.dumps(code)
+        data = _CODE_MAGIC + key + marshal.dumps(code)
         if len(data) >= file_size_limit:
             return
         view = memoryview(data)

@@ -42,15 +42,20 @@ import signal
 import socket
 import stat
 import sys
-import tempfile
 
-from . import forkserver, jobs, mounts, probe, protocol, tree
+from . import child, forkserver, jobs, mounts, probe, protocol, tree
 
 STDLIB_PREIMPORT = (
-    "abc array bisect builtins calendar cmath collections collections.abc contextlib copy dataclasses datetime "
-    "decimal enum fractions functools hashlib heapq io itertools json math numbers operator queue random re "
-    "socket statistics string struct textwrap threading time traceback types typing unicodedata weakref"
+    "abc array bisect builtins calendar collections collections.abc contextlib copy dataclasses datetime "
+    "enum functools heapq io itertools json math numbers operator queue random re "
+    "socket string struct textwrap threading time traceback types typing weakref"
 ).split()  # socket: the start-up probe checks that a socket cannot be made (seccomp), also where it cannot import
+#: Every test process is forked from its launcher, which is a fork of this worker, and a fork and an exit cost in
+#: proportion to the memory mappings and pages inherited (each extension module is ~5 mappings): modules that few
+#: programs use, mostly extension modules, are imported by a job's launcher only when its program names them
+#: (``child.ON_DEMAND_IMPORT``), not by the worker (``tempfile``, whose ``shutil`` loads zlib, bz2 and lzma, is not
+#: used here for the same reason). Measured per test: bench/reward_throughput.py.
+ON_DEMAND_IMPORT = child.ON_DEMAND_IMPORT
 #: third-party modules of LeetCode's Python 3 judge that solutions import (dependencies of microcoder-ext): pre-imported
 #: so that they work even where the sandbox uid cannot read the interpreter's site-packages (no landlock, /root venv)
 JUDGE_MODULES = ("sortedcontainers",)
@@ -62,13 +67,34 @@ BASE_PREFIX = "microcoder-sbx-lk-"
 NEXT_PREFIX = "next-"  # a child's temp dir (made ahead of its job)
 
 
+def _mkdtemp(prefix: str, parent: str) -> str:
+    """A new directory (mode 0700) with a random name under ``parent``, as ``tempfile.mkdtemp`` makes one."""
+    for _ in range(100):
+        path = os.path.join(os.path.abspath(parent), prefix + os.urandom(6).hex())
+        try:
+            os.mkdir(path, 0o700)
+            return path
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"no unused temporary directory name under {parent}")
+
+
+def _default_tmp() -> str:
+    """``tempfile.gettempdir()`` in the worker's clean environment (no TMPDIR): the first writable of /tmp,
+    /var/tmp, /usr/tmp."""
+    for d in ("/tmp", "/var/tmp", "/usr/tmp"):
+        if os.path.isdir(d) and os.access(d, os.W_OK | os.X_OK):
+            return d
+    raise FileNotFoundError("no usable temporary directory (/tmp, /var/tmp, /usr/tmp)")
+
+
 def make_base_dir(root: str) -> tuple[str, int]:
     """The worker's temp dir (job dirs go inside), ``flock``ed for the worker's lifetime so that a later
     worker can tell it from the dir of a worker that was SIGKILLed before it could clean up (a Ray actor
     shut down with its children, the OOM killer); those are removed here. Created under a name the
     scan ignores and renamed once locked, so a scan never sees it unlocked."""
     remove_stale_base_dirs(root)
-    tmp = tempfile.mkdtemp(prefix="microcoder-sbx-new-", dir=root)
+    tmp = _mkdtemp("microcoder-sbx-new-", root)
     fd = os.open(tmp, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     os.chmod(tmp, 0o711)
@@ -126,7 +152,7 @@ class Worker:
         # the start-up probe runs as the uid just above the job range, so that it never shares a uid with
         # a program of another process's job (with a single shared uid there is nothing to keep apart)
         self.probe_uid = self.uid_max + 1 if cfg.get("uid_exclusive") else self.uid
-        self.base, self._base_lock = make_base_dir(cfg.get("tmp_root") or tempfile.gettempdir())
+        self.base, self._base_lock = make_base_dir(cfg.get("tmp_root") or _default_tmp())
         self.read_paths = (probe.interpreter_paths() + list(probe.SYSTEM_READ_PATHS)
                            + list(cfg.get("extra_read_paths", [])))
         self.path_fds: list = []  # (real dir, O_PATH fd) for allowlisted dirs the sandbox uid cannot reach
@@ -156,7 +182,7 @@ class Worker:
         """A fresh temp dir for one child: ``(path, quota)``. With the quota: a tmpfs of its own (mode 0700; given
         to the job's uid when the job starts). Without: a directory the program can read but not write (root-owned
         0755 for a dropped uid; landlock grants only reads beneath it)."""
-        d = tempfile.mkdtemp(prefix=NEXT_PREFIX, dir=self.base)
+        d = _mkdtemp(NEXT_PREFIX, self.base)
         if self.quota_error is None:
             try:
                 mounts.mount_tmpfs(d, self.quota_bytes, self.quota_inodes, self.libc)
