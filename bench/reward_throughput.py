@@ -211,8 +211,7 @@ def measure(fn, items) -> dict:
 
 def summarize(passes: list[dict], items) -> dict:
     """The row of one evaluator from its timed passes: the median pass's throughput, latencies of all passes."""
-    totals = sorted(p["total_s"] for p in passes)
-    total = statistics.median(totals)
+    total = statistics.median(p["total_s"] for p in passes)
     lat = sorted(x for p in passes for x in p["lat"])
     return {"completions_s": len(items) / total, "tests_s": sum(it["n"] for it in items) / total,
             "p50_ms": 1000 * statistics.median(lat), "p99_ms": 1000 * lat[min(len(lat) - 1, int(0.99 * len(lat)))],

@@ -57,8 +57,8 @@ RESULT_FD = 3
 CODE_FD = None  # the job's compiled-code memfd after setup (see the module docstring), when the worker gives one
 _CODE_MAGIC = b"MCcode2\0"
 #: imported by a job's launcher, before its sandbox layers, when the program's source names them (and by the
-#: program's own import in each test otherwise): rarely used modules kept out of the worker (see
-#: ``worker.ON_DEMAND_IMPORT``)
+#: program's own import in each test otherwise): rarely used modules kept out of the worker (why: the comment under
+#: ``worker.STDLIB_PREIMPORT``)
 ON_DEMAND_IMPORT = ("cmath", "decimal", "fractions", "hashlib", "statistics", "unicodedata")
 MAX_ERR = 2000
 _json_dumps = json.dumps

@@ -43,7 +43,7 @@ import socket
 import stat
 import sys
 
-from . import child, forkserver, jobs, mounts, probe, protocol, tree
+from . import forkserver, jobs, mounts, probe, protocol, tree
 
 STDLIB_PREIMPORT = (
     "abc array bisect builtins calendar collections collections.abc contextlib copy dataclasses datetime "
@@ -55,7 +55,6 @@ STDLIB_PREIMPORT = (
 #: programs use, mostly extension modules, are imported by a job's launcher only when its program names them
 #: (``child.ON_DEMAND_IMPORT``), not by the worker (``tempfile``, whose ``shutil`` loads zlib, bz2 and lzma, is not
 #: used here for the same reason). Measured per test: bench/reward_throughput.py.
-ON_DEMAND_IMPORT = child.ON_DEMAND_IMPORT
 #: third-party modules of LeetCode's Python 3 judge that solutions import (dependencies of microcoder-ext): pre-imported
 #: so that they work even where the sandbox uid cannot read the interpreter's site-packages (no landlock, /root venv)
 JUDGE_MODULES = ("sortedcontainers",)
