@@ -104,8 +104,9 @@ def test_main_ppo_task_runner_actor_finds_microcoder_sync():
             return sorted(m for m in sys.modules if m.startswith(('verl.trainer.ppo.v1', 'microcoder_ext')))
 
         def get(ref):
-            # bounded: a Ray worker that never comes up (it hung once on CI's loaded 2 cores) fails with what Ray
-            # and the machine said, instead of an empty 600 s timeout
+            # bounded: a Ray worker starved of CPU (at Ray's default nice 15 it did not finish in 300 s on CI's
+            # loaded 2 cores; tests/conftest.py now runs Ray's workers at nice 0) fails with what Ray and the machine
+            # said, instead of an empty timeout
             try:
                 return ray.get(ref, timeout=300)
             except ray.exceptions.GetTimeoutError:
