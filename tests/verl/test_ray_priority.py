@@ -13,6 +13,7 @@ import textwrap
 
 import pytest
 
+NICENESS_ENV = "RAY_worker_niceness"  # Ray's config override (tests/conftest.py sets it to 0)
 WORKER_NICENESS = """
 import os, ray
 ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
@@ -30,9 +31,9 @@ def _worker_niceness(env: dict) -> int:
 
 @pytest.mark.slow
 def test_ray_workers_started_by_a_test_run_at_the_tests_priority():
-    assert os.environ.get("RAY_worker_niceness") == "0"
+    assert os.environ.get(NICENESS_ENV) == "0"
     here = os.nice(0)
     assert _worker_niceness(dict(os.environ)) == here
     # without the setting, Ray's default: its workers 15 steps nicer than the process that started the cluster
-    plain = {k: v for k, v in os.environ.items() if k != "RAY_worker_niceness"}
+    plain = {k: v for k, v in os.environ.items() if k != NICENESS_ENV}
     assert _worker_niceness(plain) == min(here + 15, 19)
