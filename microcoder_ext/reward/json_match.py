@@ -169,7 +169,7 @@ def _match(sc: _Scanner, expected, tol: float, depth: int) -> str | None:
         if sc.peek() != 0x22:
             return f"expected the string {json.dumps(expected)[:40]}"
         try:
-            got = sc.string(12 * len(expected) + 2)  # \\uXXXX\\uXXXX: at most 12 bytes per character
+            got = sc.string(12 * len(expected) + 2)  # two 6-byte \\u escapes (a surrogate pair) per character
         except TooLarge:
             return f"expected the string {json.dumps(expected)[:40]}, got a longer one"
         return None if got == expected else f"expected {json.dumps(expected)[:40]}, got {json.dumps(got)[:40]}"
