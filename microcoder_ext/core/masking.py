@@ -1,4 +1,5 @@
-"""Conditional truncation mask (MicroCoder-GRPO, paper-spec §3). Pure functions, no framework imports.
+"""Conditional truncation mask (MicroCoder-GRPO, docs/paper.md#conditional-truncation-mask).
+Pure functions, no framework imports.
 
 After GRPO group normalisation the advantage of response ``i`` is zeroed iff all of
 
@@ -16,6 +17,10 @@ After GRPO group normalisation the advantage of response ``i`` is zeroed iff all
 
 Masked rows keep their place in the group mean/std and in the token-mean denominator: only the
 multiplier changes (``A_i * (1 - mask_i)``).
+
+:func:`compute_truncation_mask` is the one entry point: the verl, OpenRLHF and TRL adapters gather their rows into
+its tensors (:func:`response_tails`) and log the metrics it returns; :func:`conditional_truncation_mask` is the
+same function on a whole padded batch, returning only the mask.
 """
 
 from __future__ import annotations
@@ -113,6 +118,113 @@ def tail_repeats(
     return out
 
 
+def response_tails(
+    responses: torch.Tensor | Sequence[torch.Tensor], width: int, lengths: torch.Tensor | Sequence[int] | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each response's last ``width`` tokens: the compact input of :func:`compute_truncation_mask`.
+
+    Args:
+        responses: 1-D token-id tensors, one per response (unpadded; ``lengths`` None), or a ``(batch, T)``
+            right-padded tensor with ``lengths``.
+        width: columns of the result, in tokens (``2 * m`` is all the repeat check reads).
+        lengths: ``(batch,)`` valid tokens per row of a padded ``responses``.
+
+    Returns:
+        ``(tails, lengths)``: ``tails`` ``(batch, width)`` int64, row ``i``'s last ``min(lengths[i], width)``
+        tokens left-aligned and right-padded with 0; ``lengths`` ``(batch,)`` int64, each response's full length.
+        From a padded tensor both stay on its device; from a list of tensors they are on the CPU.
+    """
+    if isinstance(responses, torch.Tensor):
+        if responses.dim() != 2 or lengths is None:
+            raise ValueError("response_tails: a tensor of responses must be (batch, T) and come with its lengths")
+        lengths = torch.as_tensor(lengths, device=responses.device).to(torch.long).reshape(-1)
+        cols = torch.arange(width, device=responses.device).unsqueeze(0)
+        if responses.shape[1] == 0:
+            return torch.zeros(responses.shape[0], width, dtype=torch.long, device=responses.device), lengths
+        idx = ((lengths - width).clamp(min=0).unsqueeze(1) + cols).clamp(max=responses.shape[1] - 1)
+        tails = responses.gather(1, idx).to(torch.long)
+        return torch.where(cols < lengths.clamp(max=width).unsqueeze(1), tails, torch.zeros_like(tails)), lengths
+    if lengths is not None:
+        raise ValueError("response_tails: lengths go with a padded tensor; a list of tensors has its own")
+    rows = [r.reshape(-1) for r in responses]
+    tails = torch.zeros(len(rows), width, dtype=torch.long)
+    for i, row in enumerate(rows):
+        tail = row[-width:] if width else row[:0]
+        tails[i, : tail.numel()] = tail.to(device="cpu", dtype=torch.long)
+    return tails, torch.tensor([r.numel() for r in rows], dtype=torch.long)
+
+
+def compute_truncation_mask(
+    tails: torch.Tensor,
+    response_lengths: torch.Tensor | Sequence[int],
+    max_response_length: int | torch.Tensor | None,
+    verdicts: Sequence[object],
+    rho: float,
+    m: int = 128,
+    mode: str = "non_incorrect",
+    repeat_check: str = "block",
+    generator: torch.Generator | None = None,
+    stop_token_ids: Sequence[int] | None = None,
+    truncated: torch.Tensor | None = None,
+) -> tuple[TruncationMask, dict[str, float]]:
+    """The conditional truncation mask of one batch and its metrics: the entry point every adapter calls.
+
+    Args:
+        tails: ``(batch, width)`` response token ids: row ``i`` holds the last ``min(response_lengths[i], width)``
+            tokens of response ``i``, left-aligned; later positions are padding and ignored. A whole right-padded
+            batch (``width >= every length``) or the output of :func:`response_tails` (``width = 2 * m``: the
+            repeat check reads no more). ``width < 2 * m`` is allowed only where no response is longer than it.
+        response_lengths: ``(batch,)`` each response's full length in tokens.
+        max_response_length: the response budget in tokens (``L_max``): an int, or ``(batch,)`` per-row budgets
+            (an engine that shortens the budget of long prompts). Unused (may be None) where ``truncated`` is given.
+        verdicts: ``batch`` verdict strings of :mod:`microcoder_ext.core.verdicts` (already resolved, e.g. by
+            :func:`microcoder_ext.core.verdict_policy.resolve_verdicts`).
+        rho: masking probability in ``[0, 1]`` (paper: 0.2).
+        m: repeat window in tokens (paper: 128).
+        mode: ``"non_incorrect"`` or ``"correct_only"``.
+        repeat_check: ``"block"`` or ``"periodic"``.
+        generator: seeded ``torch.Generator`` of the coins (e.g. ``MaskConfig.generator(step)``); one ``U(0, 1)`` is
+            drawn per row, in row order, whatever the data.
+        stop_token_ids: the EOS / stop ids: a response that ends with one at its budget finished and is not
+            truncated (:func:`microcoder_ext.core.truncation.is_truncated`; an empty sequence raises there).
+            None: the responses carry no stop tokens, ``length >= budget`` alone decides.
+        truncated: ``(batch,)`` bool, condition 1 as the engine reported it, for a caller that has no budget or stop
+            ids; it replaces the computation from lengths, budget and stop ids.
+
+    Returns:
+        ``(result, metrics)``: ``result.masked`` the ``(batch,)`` bool mask (True: zero this advantage) and each
+        condition (:class:`TruncationMask`); ``metrics`` the ``microcoder/*`` batch fractions of :func:`mask_metrics`
+        (``masked_frac``, ``truncated_frac``, ``eligible_frac``, ``repeat_frac``, ``truncated_no_answer_frac``,
+        ``masked_no_answer_frac``).
+    """
+    validate_mask_args(rho, m, mode, repeat_check)
+    if tails.dim() != 2:
+        raise ValueError(f"tails must be (batch, width) token ids, got shape {tuple(tails.shape)}")
+    batch, width = tails.shape
+    lengths = torch.as_tensor(response_lengths, device=tails.device).to(torch.long).reshape(-1)
+    if lengths.numel() != batch or len(verdicts) != batch or (truncated is not None and truncated.numel() != batch):
+        raise ValueError(
+            f"batch mismatch: tails {batch}, response_lengths {lengths.numel()}, verdicts {len(verdicts)}"
+            + ("" if truncated is None else f", truncated {truncated.numel()}"))
+    if batch and lengths.min() < 0:
+        raise ValueError("response_lengths must be >= 0")
+    if batch and width < 2 * m and bool((lengths > width).any()):
+        raise ValueError(f"tails hold {width} tokens of responses up to {int(lengths.max())} long: the repeat check "
+                         f"needs each response's last 2m = {2 * m} tokens (response_tails(..., 2 * m))")
+    held = lengths.clamp(max=width)  # valid tokens in each row of tails
+    if truncated is not None:
+        truncated = truncated.to(device=tails.device, dtype=torch.bool).reshape(-1)
+    elif max_response_length is None:
+        raise ValueError("max_response_length is needed where truncated is not given")
+    elif stop_token_ids is None:
+        truncated = lengths >= torch.as_tensor(max_response_length, device=tails.device).to(torch.long)
+    else:
+        truncated = is_truncated(lengths, max_response_length, last_tokens(tails, held), stop_token_ids)
+    repeating = tail_repeats(tails, held, m, repeat_check, candidates=truncated)
+    result = combine_conditions(truncated, verdicts, repeating, rho, mode, generator)
+    return result, mask_metrics(result)
+
+
 def truncation_mask_components(
     responses: torch.Tensor,
     response_lengths: torch.Tensor | Sequence[int],
@@ -125,7 +237,8 @@ def truncation_mask_components(
     generator: torch.Generator | None = None,
     stop_token_ids: Sequence[int] | None = None,
 ) -> TruncationMask:
-    """Like :func:`conditional_truncation_mask` but also returns each condition (for metrics).
+    """:func:`compute_truncation_mask` on a whole right-padded batch ``responses`` ``(batch, max_len)``: each
+    condition, without the metrics.
 
     One ``U(0, 1)`` is drawn for every row, masked or not, so the random stream does not depend on the data.
     """
@@ -140,13 +253,9 @@ def truncation_mask_components(
         )
     if batch and (lengths.min() < 0 or lengths.max() > responses.shape[1]):
         raise ValueError(f"response_lengths must lie in [0, {responses.shape[1]}] (responses.shape[1])")
-
-    if stop_token_ids is None:  # the responses carry no stop tokens: length alone decides
-        truncated = lengths >= int(max_response_length)
-    else:
-        truncated = is_truncated(lengths, int(max_response_length), last_tokens(responses, lengths), stop_token_ids)
-    repeating = tail_repeats(responses, lengths, m, repeat_check, candidates=truncated)
-    return combine_conditions(truncated, verdicts, repeating, rho, mode, generator)
+    result, _ = compute_truncation_mask(responses, lengths, max_response_length, verdicts, rho, m, mode,
+                                        repeat_check, generator, stop_token_ids)
+    return result
 
 
 def combine_conditions(
@@ -159,8 +268,7 @@ def combine_conditions(
 ) -> TruncationMask:
     """Conditions 2 and 4 on top of precomputed ``truncated`` / ``repeating`` ``(batch,)`` bools.
 
-    For callers that hold only response tails (see :mod:`microcoder_ext.verl.advantage_mask`).
-    One ``U(0, 1)`` is drawn per row whatever the data.
+    The last step of :func:`compute_truncation_mask`. One ``U(0, 1)`` is drawn per row whatever the data.
     """
     device = truncated.device
     verdict_ok = verdict_allows_mask(verdicts, mode).to(device)

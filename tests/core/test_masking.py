@@ -7,8 +7,10 @@ import torch
 
 from microcoder_ext.core import verdicts as V
 from microcoder_ext.core.masking import (
+    compute_truncation_mask,
     conditional_truncation_mask,
     mask_metrics,
+    response_tails,
     tail_repeats,
     truncation_mask_components,
 )
@@ -265,3 +267,112 @@ def test_block_matches_a_naive_reference_on_random_data():
                 w = row[-2 * M:]
                 expected = any(all(w[j] == w[j + p] for j in range(2 * M - p)) for p in range(1, M + 1))
             assert hit == expected, (check, row)
+
+
+# --- compute_truncation_mask: the one entry point of the verl, OpenRLHF and TRL adapters -------------------------
+
+EOS = 0
+
+
+def _hand_mask(rows, budgets, verdicts, coins, rho, stop_ids):
+    """Every condition by hand, from whole unpadded rows (module doc of core.masking)."""
+    out = []
+    for row, budget, verdict, u in zip(rows, budgets, verdicts, coins):
+        truncated = len(row) >= budget and len(row) > 0 and (stop_ids is None or row[-1] not in stop_ids)
+        repeating = len(row) >= 2 * M and row[-M:] == row[-2 * M:-M]
+        out.append(truncated and verdict not in V.INCORRECT and not repeating and float(u) < rho)
+    return out
+
+
+def _random_rows(n, seed):
+    """Rows of 0..3M tokens over ids 0..2 (0 = EOS), half of them ending in a block loop."""
+    g = torch.Generator().manual_seed(seed)
+    rows = []
+    for i in range(n):
+        length = int(torch.randint(0, 3 * M + 1, (1,), generator=g))
+        if i % 2 and length >= 2 * M:
+            head = torch.randint(0, 3, (length - 2 * M,), generator=g).tolist()
+            block = torch.randint(0, 3, (M,), generator=g).tolist()
+            rows.append(head + block * 2)
+        else:
+            rows.append(torch.randint(0, 3, (length,), generator=g).tolist())
+    return rows
+
+
+@pytest.mark.parametrize("stop_ids", [None, (EOS,)], ids=["length-only", "eos"])
+def test_entry_point_matches_the_hand_computed_mask_from_tails_and_from_padded_rows(stop_ids):
+    rows = _random_rows(300, seed=5)
+    verdicts = [V.ALL[i % len(V.ALL)] for i in range(len(rows))]
+    budget = 2 * M + 1
+    coins = torch.rand(len(rows), generator=torch.Generator().manual_seed(11))
+    expected = _hand_mask(rows, [budget] * len(rows), verdicts, coins, 0.7, stop_ids)
+    assert any(expected) and not all(expected)
+
+    # the adapters' form: each row's last 2m tokens (verl and OpenRLHF: unpadded rows; TRL: a padded batch)
+    from_rows = response_tails([torch.tensor(r, dtype=torch.long) for r in rows], 2 * M)
+    padded, lengths = _batch(rows, width=3 * M, pad=EOS)
+    from_padded = response_tails(padded, 2 * M, lengths=lengths)
+    assert torch.equal(from_rows[0], from_padded[0]) and torch.equal(from_rows[1], from_padded[1])
+    assert from_rows[0].shape == (len(rows), 2 * M) and from_rows[1].tolist() == [len(r) for r in rows]
+    for tails, lens in (from_rows, from_padded, (padded, lengths)):  # the whole padded batch works too
+        result, metrics = compute_truncation_mask(tails, lens, budget, verdicts, rho=0.7, m=M,
+                                                  generator=torch.Generator().manual_seed(11),
+                                                  stop_token_ids=stop_ids)
+        assert result.masked.tolist() == expected
+        assert metrics == mask_metrics(result)
+        assert metrics["microcoder/masked_frac"] == pytest.approx(sum(expected) / len(rows))
+    assert torch.equal(result.masked, conditional_truncation_mask(
+        padded, lengths, budget, verdicts, rho=0.7, m=M, generator=torch.Generator().manual_seed(11),
+        stop_token_ids=stop_ids))
+
+
+def test_entry_point_metric_names_and_breakdown():
+    tails, lengths = response_tails([torch.tensor(r) for r in (NON_REPEATING, REPEATING, SHORT, NON_REPEATING)],
+                                    2 * M)
+    result, metrics = compute_truncation_mask(tails, lengths, L_MAX, ["no_answer", "correct", "correct", "timeout"],
+                                              rho=1.0, m=M)
+    assert metrics == {
+        "microcoder/truncated_frac": 0.75,
+        "microcoder/eligible_frac": 0.25,
+        "microcoder/repeat_frac": 0.25,
+        "microcoder/masked_frac": 0.25,
+        "microcoder/truncated_no_answer_frac": 0.25,
+        "microcoder/masked_no_answer_frac": 0.25,
+    }
+    assert result.masked.tolist() == [True, False, False, False]
+
+
+def test_entry_point_per_row_budgets_and_eos_at_the_budget():
+    """Per-row budgets (an engine that shortens long prompts' budgets): a row is cut iff it reached its own budget
+    without ending in a stop id; EOS exactly at the budget finished."""
+    rows = [[1, 2, 3, 4, 5, 6], [1, 2, 3, 4, 5, EOS], [1, 2, 3, 4, 5, 6], [1, 2, 3]]
+    tails, lengths = response_tails([torch.tensor(r) for r in rows], 2 * M)
+    budgets = torch.tensor([6, 6, 7, 3])
+    result, _ = compute_truncation_mask(tails, lengths, budgets, ["correct"] * 4, rho=1.0, m=M,
+                                        stop_token_ids=[EOS])
+    assert result.truncated.tolist() == [True, False, False, True]
+    assert result.masked.tolist() == [True, False, False, True]
+
+
+def test_entry_point_takes_the_engines_truncation_flags():
+    """``truncated`` given (OpenRLHF's flag where no budget or stop ids are known): it is condition 1, budget unused."""
+    tails, lengths = response_tails([torch.tensor(r) for r in (SHORT, NON_REPEATING, REPEATING)], 2 * M)
+    flags = torch.tensor([True, False, True])
+    result, metrics = compute_truncation_mask(tails, lengths, None, ["correct"] * 3, rho=1.0, m=M, truncated=flags)
+    assert result.truncated.tolist() == [True, False, True]
+    assert result.masked.tolist() == [True, False, False]  # the third repeats
+    assert metrics["microcoder/truncated_frac"] == pytest.approx(2 / 3)
+
+
+def test_entry_point_refuses_short_tails_and_mismatched_inputs():
+    rows = [torch.tensor(NON_REPEATING)]
+    narrow, lengths = response_tails(rows, 2 * M - 1)
+    with pytest.raises(ValueError, match="2m"):
+        compute_truncation_mask(narrow, lengths, L_MAX, ["correct"], rho=1.0, m=M)
+    tails, lengths = response_tails(rows, 2 * M)
+    with pytest.raises(ValueError, match="batch mismatch"):
+        compute_truncation_mask(tails, lengths, L_MAX, ["correct", "correct"], rho=1.0, m=M)
+    with pytest.raises(ValueError, match="max_response_length"):
+        compute_truncation_mask(tails, lengths, None, ["correct"], rho=1.0, m=M)
+    with pytest.raises(ValueError, match="rho"):
+        compute_truncation_mask(tails, lengths, L_MAX, ["correct"], rho=2.0, m=M)
