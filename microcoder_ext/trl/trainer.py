@@ -16,7 +16,8 @@ Where it hooks in (every internal is checked by :func:`microcoder_ext.trl.guard.
      reference model), so old/reference log-probs and every loss computed from this buffer use ``T_t``.
   2. TRL's method: generation, rewards (``_calculate_rewards``; :class:`~microcoder_ext.trl.reward.CodeReward`
      records each local completion's verdict), group advantages, sliced to this process.
-  3. (mask, train mode) on the global batch (gathered: the same decision on every process): truncated = the
+  3. (mask, train mode) :func:`microcoder_ext.core.masking.compute_truncation_mask` on the global batch (each
+     completion's length, verdict and last ``2m`` tokens gathered: the same decision on every process): truncated = the
      completion used all ``max_completion_length`` tokens and its last one is not an EOS id
      (:mod:`microcoder_ext.core.truncation`, the definition every adapter uses); verdict
      from ``CodeReward.last_verdicts`` (else ``microcoder.mask.missing_verdict``: ``score`` = weighted reward
@@ -53,9 +54,8 @@ from trl import GRPOTrainer
 
 from microcoder_ext.core import verdicts as V
 from microcoder_ext.core.config import ConfigError, MicrocoderConfig, parse_config
-from microcoder_ext.core.masking import combine_conditions, mask_metrics, tail_repeats
+from microcoder_ext.core.masking import compute_truncation_mask, response_tails
 from microcoder_ext.core.temperature import TemperatureController
-from microcoder_ext.core.truncation import is_truncated, last_tokens
 from microcoder_ext.core.verdict_policy import resolve_verdicts
 from microcoder_ext.trl import cpu_logprob, guard
 from microcoder_ext.trl.reward import CodeReward
@@ -250,18 +250,13 @@ class MicrocoderGRPOTrainer(GRPOTrainer):
         cfg = self.mc_config.mask
         ids, cmask = output["completion_ids"], output["completion_mask"]
         batch = int(ids.shape[0])
-        lengths = cmask.sum(dim=1).long()
-        # core.truncation: the whole max_completion_length used and the last token is not an EOS id (TRL stops at
-        # self.eos_token_ids: the tokenizer's EOS and the generation config's)
-        truncated = is_truncated(lengths, int(self.max_completion_length), last_tokens(ids, lengths),
-                                 self.eos_token_ids)
-        repeating = tail_repeats(ids, lengths, cfg.m, cfg.repeat_check, candidates=truncated)
+        # each completion's length, verdict code and last 2m tokens (all the repeat check reads), one row each
+        tails, lengths = response_tails(ids, 2 * cfg.m, lengths=cmask.sum(dim=1))
         codes = torch.tensor(self._mc_local_verdict_codes(batch), dtype=torch.long, device=ids.device)
-        local = torch.stack([truncated.long(), repeating.long(), codes], dim=1)
-        rows = self.accelerator.gather(local).cpu()  # (N, 3), process-major: the order of the gathered rewards
-        g_truncated, g_repeating = rows[:, 0].bool(), rows[:, 1].bool()
+        local = torch.cat([lengths.unsqueeze(1), codes.unsqueeze(1), tails], dim=1)
+        rows = self.accelerator.gather(local).cpu()  # (N, 2 + 2m), process-major: the order of the gathered rewards
         infos = []
-        for c in rows[:, 2].tolist():
+        for c in rows[:, 1].tolist():
             infos.append(None if c < 0 else {cfg.verdict_key: V.ALL[c] if c < len(V.ALL) else f"unknown#{c}"})
         rpf = self._mc_rewards_per_func
         if rpf is not None and rpf.shape[0] == rows.shape[0]:
@@ -272,7 +267,11 @@ class MicrocoderGRPOTrainer(GRPOTrainer):
             infos, scores, cfg,
             hint="pass microcoder_ext.trl.reward.CodeReward() among reward_funcs, or set "
                  "microcoder.mask.missing_verdict=score|keep")
-        result = combine_conditions(g_truncated, verdicts, g_repeating, cfg.rho, cfg.mode, cfg.generator(step))
+        # core.truncation: the whole max_completion_length used and the last token is not an EOS id (TRL stops at
+        # self.eos_token_ids: the tokenizer's EOS and the generation config's); the same decision on every process
+        result, mask_metrics = compute_truncation_mask(
+            rows[:, 2:], rows[:, 0], int(self.max_completion_length), verdicts, cfg.rho, cfg.m, cfg.mode,
+            cfg.repeat_check, cfg.generator(step), stop_token_ids=self.eos_token_ids)
         lo = int(self.accelerator.process_index) * batch
         masked = result.masked[lo:lo + batch].to(output["advantages"].device)
         adv = output["advantages"]
@@ -280,7 +279,7 @@ class MicrocoderGRPOTrainer(GRPOTrainer):
             adv[masked] = 0.0
         else:  # (B, T) advantages of a subclass
             adv[masked, ...] = 0.0
-        metrics.update(mask_metrics(result))
+        metrics.update(mask_metrics)
         return metrics
 
     def _mc_update_temperature(self, output: dict, step: int) -> dict[str, float]:
