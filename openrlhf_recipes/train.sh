@@ -5,7 +5,7 @@
 #   ALGO=microcoder MODEL=qwen3_4b_instruct TRAIN=train.jsonl VAL=val.jsonl bash openrlhf_recipes/train.sh [FLAGS...]
 #
 # ALGO   microcoder | mask_only | dapo_baseline | grpo_baseline   (--mc.preset ALGO; microcoder_mask_only = mask_only)
-# MODEL  qwen3_1.7b | qwen3_4b_instruct | ds_8b                    (paper-spec §6, §10)
+# MODEL  qwen3_1.7b | qwen3_4b_instruct | ds_8b                    (docs/paper.md#training-settings)
 # NNODES nodes with GPUS_PER_NODE GPUs each (default 1 x 8); on SLURM use openrlhf_recipes/slurm.sbatch. Multi-node: `ray start --head` on node 0 and
 #        `ray start --address=HEAD:6379` on the others first, then run this on node 0 (OpenRLHF's ray.init() joins that
 #        cluster). microcoder-ext must be installed on every node (the reward file and the trainer are loaded there).
@@ -21,7 +21,7 @@
 # chat template) and `label` = the tests as a JSON string ({"inputs": [...], "outputs": [...], "fn_name"?: str}), read by
 # microcoder_ext.openrlhf.reward (the --reward.remote_url file the presets fill in). Prompts longer than 2048 tokens are
 # truncated by OpenRLHF (verl's recipe filters them out: filter prompts to <= 2048 tokens beforehand).
-# Citations: paper-spec = shared/notes/paper-spec.md; [INF] = our choice where the paper is silent (as in verl_recipes/).
+# Citations: docs/paper.md (what the paper states); [INF] = our choice where the paper is silent (as in verl_recipes/).
 set -euo pipefail
 
 ALGO=${ALGO:-microcoder}
@@ -38,7 +38,7 @@ case "$ALGO" in
   *) echo "unknown ALGO '$ALGO' (microcoder | mask_only | dapo_baseline | grpo_baseline)" >&2; exit 2 ;;
 esac
 
-# model, max response length (paper-spec §6: 4K for 1.7B/4B, 16K for DS 8B) and vLLM tensor parallelism [INF], as verl
+# model, max response length (docs/paper.md#training-settings: 4K for 1.7B/4B, 16K for DS 8B) and vLLM tensor parallelism [INF], as verl
 case "$MODEL" in
   qwen3_1.7b)        MODEL_PATH=${MODEL_PATH:-Qwen/Qwen3-1.7B};                      RESP=4096;  TP=1 ;;
   qwen3_4b_instruct) MODEL_PATH=${MODEL_PATH:-Qwen/Qwen3-4B-Instruct-2507};          RESP=4096;  TP=1 ;;
@@ -46,7 +46,7 @@ case "$MODEL" in
   *) echo "unknown MODEL '$MODEL' (qwen3_1.7b | qwen3_4b_instruct | ds_8b)" >&2; exit 2 ;;
 esac
 PROMPT=2048                                                      # max prompt length [INF] (verl: data.max_prompt_length)
-STEPS=600                                                        # verl: trainer.total_training_steps=600 [INF] (paper: ~460-560, §6)
+STEPS=600                                                        # verl: trainer.total_training_steps=600 [INF] (paper: ~460-560)
 GPUS_TOTAL=$(( NNODES * GPUS ))
 
 args=(
@@ -58,13 +58,13 @@ args=(
   --rollout.max_new_tokens "$RESP"                               # verl: data.max_response_length
   # OpenRLHF has no step limit: 600 steps x 64 prompts, one pass (train.num_episodes 1); a smaller set = fewer steps
   --data.max_samples $(( STEPS * 64 ))
-  # batch (paper-spec §6): 64 prompts per step x 8 samples = 512 responses. OpenRLHF counts train.batch_size in
+  # batch (docs/paper.md#training-settings): 64 prompts per step x 8 samples = 512 responses. OpenRLHF counts train.batch_size in
   # samples: 256 = verl's ppo_mini_batch_size 32 prompts x 8 [INF] -> 2 optimizer steps per rollout, 1 epoch
   --rollout.batch_size 64
   --rollout.n_samples_per_prompt 8                               # group size G [INF] (verl: rollout.n=8)
   --train.batch_size 256
-  --train.max_epochs 1                                           # PPO epochs [INF] (paper-spec §6: 1 epoch)
-  # optimizer: lr 1e-6 [INF] (paper-spec §6); constant lr, no warm-up, weight decay 0.01, betas 0.9/0.999, grad clip 1.0:
+  --train.max_epochs 1                                           # PPO epochs [INF] (docs/paper.md#training-settings)
+  # optimizer: lr 1e-6 [INF] (docs/paper.md#training-settings); constant lr, no warm-up, weight decay 0.01, betas 0.9/0.999, grad clip 1.0:
   # verl's FSDP optimizer defaults, which the verl recipe trains with [INF]
   --actor.adam.lr 1e-6 --actor.lr_scheduler constant --actor.lr_warmup_ratio 0
   --actor.adam.weight_decay 0.01 --actor.adam.betas 0.9 0.999 --actor.max_norm 1.0
@@ -84,7 +84,7 @@ args=(
   --logger.tensorboard_dir "$CKPT_DIR/tensorboard"
 )
 if [ -n "$VAL" ]; then
-  # verl: test_freq=20; 4 samples per problem, pass@1 = mean (paper-spec §9); eval temperature [NS]: OpenRLHF's 0.6
+  # verl: test_freq=20; 4 samples per problem, pass@1 = mean (docs/paper.md#evaluation-protocol); eval temperature [NS]: OpenRLHF's 0.6
   args+=(--eval.dataset "$VAL" --eval.steps 20 --eval.n_samples_per_prompt 4)
 fi
 if [ -n "${WANDB_API_KEY:-}" ]; then

@@ -4,7 +4,7 @@
 #   ALGO=microcoder MODEL=qwen3_4b_instruct TRAIN=train.parquet VAL=val.parquet bash verl_recipes/train.sh [OVERRIDES...]
 #
 # ALGO   microcoder | microcoder_mask_only | dapo_baseline | grpo_baseline   (Hydra recipe, +recipe=ALGO)
-# MODEL  qwen3_1.7b | qwen3_4b_instruct | ds_8b                               (paper-spec §6, §10)
+# MODEL  qwen3_1.7b | qwen3_4b_instruct | ds_8b                               (docs/paper.md#training-settings)
 # NNODES nodes with 8 GPUs each (default 1); on SLURM use verl_recipes/slurm.sbatch. Multi-node: `ray start --head` on node 0 and
 #        `ray start --address=HEAD:6379` on the others first, then run this on node 0 (verl joins that cluster).
 # DRY_RUN=1 composes and validates the config (`microcoder recipe show`) instead of training: works on any CPU machine.
@@ -14,7 +14,7 @@
 #
 # Data: verl parquet rows with `prompt` (chat messages), `data_source` and `reward_model.ground_truth` = the tests as
 # JSON ({"inputs": [...], "outputs": [...], "fn_name"?: str}), as read by microcoder_ext.reward.compute_score.
-# Batch sizes follow the paper (train_batch_size 64; ppo_mini_batch_size 32 is our assumption, paper-spec §6);
+# Batch sizes follow the paper (train_batch_size 64; ppo_mini_batch_size 32 is our assumption, docs/paper.md#training-settings);
 # rollout.n=8, lr 1e-6 and the parallelism are our choices where the paper is silent.
 set -euo pipefail
 

@@ -1,6 +1,6 @@
 """``microcoder temperature probe``: measure output diversity at candidate temperatures, recommend a start.
 
-The paper picks its training temperature from measured output diversity (paper-spec §4): sample every probe
+The paper picks its training temperature from measured output diversity (docs/paper.md#choosing-the-temperature): sample every probe
 prompt ``--samples`` times at each candidate temperature, measure the diversity of the responses (the metrics of
 :mod:`microcoder_ext.core.diversity`, one group per prompt) and start at the lowest candidate whose diversity
 reaches ``--target``. The measuring and the decision are :func:`microcoder_ext.core.temperature.probe`, the prompt

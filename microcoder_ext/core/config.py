@@ -4,7 +4,7 @@ verl reads it from the top-level Hydra key ``microcoder`` (dataclass-backed verl
 the OpenRLHF launcher builds the same structure from ``--mc.*`` flags. Unknown keys and invalid values raise
 :class:`ConfigError` naming the offending key, so a typo fails at start-up instead of silently using a default.
 
-Defaults follow the paper (paper-spec §3, §12)::
+Defaults follow the paper (docs/paper.md#our-defaults)::
 
     microcoder:
       mask:
@@ -17,7 +17,7 @@ Defaults follow the paper (paper-spec §3, §12)::
         verdict_key: verdict    # key of the reward's extra info that holds the verdict string
         missing_verdict: score  # no verdict from the reward: score | keep | error
         correct_score: 1.0      # missing_verdict=score: score >= this counts as "correct", else wrong_answer
-      temperature:              # training temperature (paper-spec §4; microcoder_ext.core.temperature)
+      temperature:              # training temperature (docs/paper.md#diversity-determined-temperature)
         mode: constant          # constant | staged | auto (diversity-determined)
         value: 1.2              # constant: the temperature (paper's main runs); auto: the start (a candidate)
         stages: []              # staged: [[step, T], ...] from step 0, e.g. [[0, 0.6], [140, 1.2]]
@@ -116,7 +116,7 @@ class MaskConfig:
         return torch.Generator().manual_seed(int(state) & ((1 << 63) - 1))
 
 
-DEFAULT_CANDIDATES = (0.6, 0.8, 1.0, 1.2, 1.4, 1.6, 1.8)  # paper-spec §4 procedure, step (1)
+DEFAULT_CANDIDATES = (0.6, 0.8, 1.0, 1.2, 1.4, 1.6, 1.8)  # docs/paper.md#choosing-the-temperature, step 1
 
 
 def _real(x: Any) -> bool:

@@ -1,7 +1,8 @@
-"""Lexical diversity of sampled responses over token ids (MicroCoder-GRPO temperature control, paper-spec §4).
+"""Lexical diversity of sampled responses over token ids (MicroCoder-GRPO temperature control,
+docs/paper.md#diversity-metric).
 
-The paper does not define its diversity metric; the notes (paper-spec §4) argue that a lexical distinct-n-gram
-ratio fits its figures best, so **distinct-4 is the default metric** (label it as our choice). Three metrics,
+The paper does not define its diversity metric; our reading of its figures is that a lexical distinct-n-gram ratio
+fits them best, so **distinct-4 is the default metric** (label it as our choice). Three metrics,
 all in ``[0, 1]``, higher = more diverse, computed on the token ids of the responses (never on text):
 
 * **distinct-n** (per response): ``#distinct n-grams / #n-grams`` of one response, where an *n-gram* is a

@@ -2,8 +2,9 @@
 
 Framework-free. Each adapter (:mod:`microcoder_ext.verl.doctor`, ``microcoder_ext.openrlhf.doctor``,
 ``microcoder_ext.trl.doctor``) turns a launch configuration into a :class:`TrainingPlan`; :func:`diagnose` returns
-the :class:`Finding` s, each with a stable ``code``, a severity, the insight behind it (paper-spec section and
-MicroCoder-Insights letter, see ``shared/notes/paper-spec.md`` §11) and the override that fixes it. A plan field
+the :class:`Finding` s, each with a stable ``code``, a severity, the insight behind it (a section of the paper
+page, ``docs/paper.md``, and a letter of the authors' Insights, ``docs/paper.md#insights``) and the override that
+fixes it. A plan field
 left ``None`` is unknown and no rule fires on it.
 
 Rules (one finding per problem; codes are stable):
@@ -13,35 +14,42 @@ code                     severity  fires when (insight)
 =======================  ========  =====================================================================================
 invalid-config           error     the framework's own start-up checks refuse the config (``plan.config_errors``)
 group-size-1             error     ``group_size <= 1`` with a group-normalising estimator: every advantage is 0 or the
-                                   raw score (paper-spec §2)
+                                   raw score (objective)
 async                    error     async rollout/training with the truncation mask or a temperature controller: a
-                                   sample can be generated under an older temperature / without the mask (§2, §4)
+                                   sample can be generated under an older temperature / without the mask
+                                   (objective, temperature)
 continuous-temperature   error     a staged schedule or auto ladder finer than MIN_STAGE_STEPS steps /
-                                   MIN_TEMPERATURE_STEP: a continuous ramp, which the trainers refuse (§4; Insights B)
+                                   MIN_TEMPERATURE_STEP: a continuous ramp, which the trainers refuse (temperature; Insights B)
 temperature-mismatch     error     a controller with more than one temperature whose log-probs are not synced with the
-                                   sampler (``temperature_synced`` False) (§2 pi^T(D) in both policies, §4)
-temperature-mismatch     warning   ``rollout_temperature != logprob_temperature`` at step 0 (§2)
-mask-without-verdicts    error     mask on, reward without verdicts, ``missing_verdict=error``: every step fails (§3)
+                                   sampler (``temperature_synced`` False) (objective: pi^T(D) in both policies)
+temperature-mismatch     warning   ``rollout_temperature != logprob_temperature`` at step 0 (objective)
+mask-without-verdicts    error     mask on, reward without verdicts, ``missing_verdict=error``: every step fails (mask)
 mask-without-verdicts    warning   mask on, reward without verdicts (``keep``: never masks; ``score``: "no verdict"
-                                   truncations read as wrong answers) (§3 non-incorrect, §7; Insights E)
+                                   truncations read as wrong answers) (non-incorrect; Insights E)
 mask-without-verdicts    info      mask on, reward unknown (custom function): the ``missing_verdict`` policy applies
-                                   if it returns no verdict (§3)
+                                   if it returns no verdict (mask)
 low-temperature          warning   sampling temperature (or the controller's only/highest one) <= 0.6: diversity
-                                   collapse (§4; Insights B)
+                                   collapse (temperature; Insights B)
 low-temperature          info      a staged/auto controller that starts at <= 0.6 and later rises above it: the paper's
-                                   low-to-high schedule, fine if the switch comes (§4; Insights B)
-kl-with-microcoder       warning   mask on and a KL loss, KL in the reward or a KL coefficient > 0 (§2 beta0 = 0, §5;
+                                   low-to-high schedule, fine if the switch comes (temperature; Insights B)
+kl-with-microcoder       warning   mask on and a KL loss, KL in the reward or a KL coefficient > 0 (KL: beta0 = 0;
                                    Insights G)
-symmetric-clip           warning   mask on and ``clip_high <= clip_low`` (§5 clip-higher; Insights G)
+symmetric-clip           warning   mask on and ``clip_high <= clip_low`` (KL: clip-higher; Insights G)
 mask-all                 warning   ``rho >= 0.99`` or a filter that masks every truncated response ("Mask All
-                                   (DeepCoder)": diversity spikes, then collapses; §3 rho table; Insights E)
-rho-range                warning   rho outside [0.1, 0.3], the studied range (§3 rho table; Insights E)
+                                   (DeepCoder)": diversity spikes, then collapses; rho; Insights E)
+rho-range                warning   rho outside [0.1, 0.3], the studied range (rho; Insights E)
 rho-range                info      rho = 0 with the mask on: the mask does nothing
-short-response           warning   ``max_response_length < 4096`` (§6; Insights D: a small initial limit leaves
+short-response           warning   ``max_response_length < 4096`` (settings; Insights D: a small initial limit leaves
                                    persistent deficits)
-on-policy-batch          warning   ``mini_batch_size == train_batch_size``: fully on-policy, less stable (§6; Insights F)
+on-policy-batch          warning   ``mini_batch_size == train_batch_size``: fully on-policy, less stable (settings;
+                                   Insights F)
 on-policy-batch          info      ``train_batch_size`` outside [32, 128]: the paper's 64 was best of 32/64/128
 =======================  ========  =====================================================================================
+
+The sections of docs/paper.md in parentheses: objective = ``docs/paper.md#objective``, mask =
+``docs/paper.md#conditional-truncation-mask``, non-incorrect = ``docs/paper.md#non-incorrect``, rho =
+``docs/paper.md#masking-probability``, temperature = ``docs/paper.md#diversity-determined-temperature``, KL =
+``docs/paper.md#kl-and-clipping``, settings = ``docs/paper.md#training-settings``.
 
 Severity policy: **error** = the run fails at start-up or silently trains something else than configured;
 **warning** = runs, but against a finding of the paper; **info** = worth knowing, no action needed.
@@ -66,14 +74,14 @@ from microcoder_ext.core.schedule import (
 
 SEVERITIES = ("error", "warning", "info")
 
-#: thresholds (paper-spec sections in the rule table above)
+#: thresholds (the paper's sections in the rule table above)
 LOW_TEMPERATURE = 0.6
 RHO_RANGE = (0.1, 0.3)
 MASK_ALL_RHO = 0.99
 MIN_RESPONSE_LENGTH = 4096
 PAPER_BATCH = 64
 BATCH_RANGE = (32, 128)
-#: values the fixes suggest (paper-spec §12 defaults)
+#: values the fixes suggest (docs/paper.md#our-defaults)
 PAPER_TEMPERATURE = 1.2
 PAPER_CLIP = (0.2, 0.28)
 PAPER_RHO = 0.2
@@ -114,7 +122,7 @@ class TrainingPlan:
     reward_verdicts: bool | None = None  # the reward returns our verdicts (None: unknown)
     async_rollout: bool = False
     fixes: dict[str, str] = field(default_factory=dict)  # concept -> the override that sets it, "{}" = the value
-    # --- additions beyond the brief's list (defaults keep every adapter valid)
+    # --- optional facts (their defaults keep every adapter valid)
     #: the framework's own filter masks every truncated response (e.g. TRL mask_truncated_completions): Mask All
     mask_all_truncated: bool | None = None
     #: failures of the framework's own start-up checks (each becomes an ``invalid-config`` error)
@@ -212,25 +220,28 @@ def _mask_on(plan: TrainingPlan) -> bool:
 
 INSIGHT = {
     "invalid-config": "the framework's start-up checks",
-    "group-size-1": "paper-spec §2: the advantage is normalised within the G responses of a prompt",
-    "async": "paper-spec §2 (pi^T(D) in both policies), §4: one temperature per step for sampling and log-probs",
-    "continuous-temperature": "paper-spec §4; Insights B: 'continuous uniform temperature changes significantly "
-    "influence training stability ... necessitating staged temperature transitions'",
-    "temperature-mismatch": "paper-spec §2: the ratio uses pi^T(D) for both the current and the old policy; §4",
-    "mask-without-verdicts": "paper-spec §3 (non-incorrect = correct or no verdict), §7; Insights E",
-    "low-temperature": "paper-spec §4; Insights B: 'standard temperatures (t = 0.6) can cause training failure'; "
-    "at 0.6 diversity fell 0.575 -> 0.44 and the run failed at ~260 steps",
-    "kl-with-microcoder": "paper-spec §2 (beta0 = 0), §5; Insights G: KL loss without clip-higher reduces "
-    "diversity, modest gains then decline",
-    "symmetric-clip": "paper-spec §5; Insights G: no KL with high clipping (eps 0.2 / eps_high 0.28 assumed) "
-    "sustains diversity and length",
-    "mask-all": "paper-spec §3 rho table; Insights E: Mask All (DeepCoder) spikes diversity to 0.93, then "
+    "group-size-1": "docs/paper.md#objective: the advantage is normalised within the G responses of a prompt",
+    "async": "docs/paper.md#objective (pi^T(D) in both policies): one temperature per step for sampling and "
+    "log-probs",
+    "continuous-temperature": "docs/paper.md#diversity-determined-temperature; Insights B: 'continuous uniform "
+    "temperature changes significantly influence training stability ... necessitating staged temperature "
+    "transitions'",
+    "temperature-mismatch": "docs/paper.md#objective: the ratio uses pi^T(D) for both the current and the old policy",
+    "mask-without-verdicts": "docs/paper.md#non-incorrect (non-incorrect = correct or no verdict); Insights E",
+    "low-temperature": "docs/paper.md#diversity-determined-temperature; Insights B: 'standard temperatures (t = 0.6) "
+    "can cause training failure'; at 0.6 diversity fell 0.575 -> 0.44 and the run failed at ~260 steps",
+    "kl-with-microcoder": "docs/paper.md#kl-and-clipping (beta0 = 0); Insights G: KL loss without clip-higher "
+    "reduces diversity, modest gains then decline",
+    "symmetric-clip": "docs/paper.md#kl-and-clipping; Insights G: no KL with high clipping (eps 0.2 / eps_high 0.28 "
+    "assumed) sustains diversity and length",
+    "mask-all": "docs/paper.md#masking-probability; Insights E: Mask All (DeepCoder) spikes diversity to 0.93, then "
     "collapses to 0.13, accuracy < 0.32 after ~220 steps",
-    "rho-range": "paper-spec §3 rho table; Insights E: the paper studied rho 10/20/30 % (0.1 best peak, 0.2 main run)",
-    "short-response": "paper-spec §6; Insights D: a small initial max response length leaves persistent deficits "
-    "after extension (4K collapsed after ~550 steps, 8K best)",
-    "on-policy-batch": "paper-spec §6; Insights F: fully on-policy updates are less stable; train_batch_size 64 "
-    "beat 32 and 128",
+    "rho-range": "docs/paper.md#masking-probability; Insights E: the paper studied rho 10/20/30 % (0.1 best peak, "
+    "0.2 main run)",
+    "short-response": "docs/paper.md#training-settings; Insights D: a small initial max response length leaves "
+    "persistent deficits after extension (4K collapsed after ~550 steps, 8K best)",
+    "on-policy-batch": "docs/paper.md#training-settings; Insights F: fully on-policy updates are less stable; "
+    "train_batch_size 64 beat 32 and 128",
 }
 
 

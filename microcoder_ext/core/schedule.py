@@ -1,4 +1,4 @@
-"""The rules a training-temperature schedule must follow (paper-spec §4), shared by the configuration
+"""The rules a training-temperature schedule must follow (docs/paper.md#diversity-determined-temperature), shared by the configuration
 (:mod:`microcoder_ext.core.config`), the controller (:mod:`microcoder_ext.core.temperature`) and ``microcoder doctor``.
 
 The paper changes the temperature only in **stages**: "Continuous uniform temperature changes significantly
@@ -26,7 +26,7 @@ MIN_TEMPERATURE_STEP = 0.1
 PAPER_FINDING = (
     "the paper finds that continuous temperature changes destabilise training ('Continuous uniform temperature "
     "changes significantly influence training stability ... necessitating staged temperature transitions', "
-    "MicroCoder-Insights, paper-spec §4)"
+    "MicroCoder-Insights, docs/paper.md#diversity-determined-temperature)"
 )
 
 _EPS = 1e-9

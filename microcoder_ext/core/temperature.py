@@ -1,9 +1,10 @@
-"""Diversity-determined training temperature (MicroCoder-GRPO, paper-spec §4). Framework-free.
+"""Diversity-determined training temperature (MicroCoder-GRPO,
+docs/paper.md#diversity-determined-temperature). Framework-free.
 
 The paper picks the sampling temperature from measured output diversity and changes it only in **stages**:
 "Continuous uniform temperature changes significantly influence training stability … necessitating staged
-temperature transitions or diversity-determined constant initial temperatures" (MicroCoder-Insights, quoted in
-paper-spec §4). Its main runs use a constant T = 1.2 (Qwen3-4B-Instruct-2507); a single low-to-high switch
+temperature transitions or diversity-determined constant initial temperatures" (MicroCoder-Insights, summarised in
+docs/paper.md#diversity-determined-temperature). Its main runs use a constant T = 1.2 (Qwen3-4B-Instruct-2507); a single low-to-high switch
 (0.6 -> 1.2/1.8 at step 140) trained best in its temperature ablation.
 
 :class:`TemperatureController` modes (config: :class:`~microcoder_ext.core.config.TemperatureConfig`):
@@ -88,7 +89,7 @@ class ProbeResult:
 
 
 def recommend(table: Mapping[float, float], target: float | None) -> tuple[float | None, str]:
-    """Lowest temperature whose diversity reaches ``target`` (paper-spec §4 procedure, step 3), with the reason."""
+    """Lowest temperature whose diversity reaches ``target`` (docs/paper.md#choosing-the-temperature, step 3), with the reason."""
     measured = sorted((float(t), float(d)) for t, d in table.items() if math.isfinite(float(d)))
     if not measured:
         return None, "no finite diversity measured"

@@ -1,4 +1,5 @@
-"""What "stopped by the length limit" means: the one definition every adapter uses (paper-spec §3, condition 1).
+"""What "stopped by the length limit" means: the one definition every adapter uses
+(docs/paper.md#conditional-truncation-mask, condition 1).
 
 A response is **truncated** iff it used its whole token budget *and* its last token is not a stop token (EOS or
 another id the sampler stops at). A response that ends with EOS exactly at the budget finished on its own: it is

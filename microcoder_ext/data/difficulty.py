@@ -2,7 +2,7 @@
 
 The paper (MicroCoder-Dataset, arXiv 2603.07779) filters problems by an LLM-predicted, pass-rate-calibrated score over
 five weighted dimensions; it does not publish the dimension definitions, scales, weights or thresholds
-(../shared/notes/paper-spec.md §8). This module computes the issue's reading of those dimensions, each a score in
+(docs/paper.md#dataset). This module computes our reading of those dimensions, each a score in
 ``[0, 1]`` (higher = harder) with its raw measurements kept:
 
 ================  =====================================================================  ===========================

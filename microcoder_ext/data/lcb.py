@@ -23,7 +23,7 @@ stdin: the input/output strings). ``fn_name`` sits at the top of the wrapper so
 :attr:`Problem.fn_name` (call-based prompt) and the reward agree.
 
 Release windows (:data:`RELEASE_WINDOWS`): half-open ``[start, end)`` contest-date windows, ISO days. ``"v6"`` is
-paper-spec §9 (LCB v6 = problems added after ``release_v5``, contests 2025-02-01 .. 2025-05-01, 175 problems).
+the paper's (docs/paper.md#evaluation-protocol: LCB v6 = problems added after ``release_v5``, contests 2025-02-01 .. 2025-05-01, 175 problems).
 ``"v1"`` .. ``"v5"`` come from the dataset card's change log (``release_v1``: May 2023 - Mar 2024, 400 problems;
 ``release_v2``: - May 2024, 511; ``release_v3``: - Jul 2024, 612; ``release_v4``: - Sep 2024, 713;
 ``release_v5``: - Jan 2025, 880; v6: - Apr 2025, 1055): the card states months only, so each window runs from

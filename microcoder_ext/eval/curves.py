@@ -1,4 +1,4 @@
-"""The paper's training-curve panels (paper-spec §10, FIG:13) from run logs read by :mod:`runlogs`.
+"""The paper's training-curve panels (docs/paper.md#training-dynamics) from run logs read by :mod:`runlogs`.
 
 Each panel lists the metric names that carry it, in order of preference: ours (``microcoder/*``, what the verl and
 OpenRLHF trainers log; OpenRLHF's loggers prefix ``train/``), then verl 0.9.1's own (``verl.trainer.ppo.metric_utils``)

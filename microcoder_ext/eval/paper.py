@@ -1,7 +1,7 @@
-"""The paper's published LiveCodeBench v6 results (main table, paper-spec §10), as data.
+"""The paper's published LiveCodeBench v6 results (main table, docs/paper.md#main-results), as data.
 
 Every number is pass@1 in percent on LCB v6 (175 problems, 2025-02-01..2025-05-01, n = 4 samples per problem,
-paper-spec §9). A setting is ``<model size>-<test max length>``; each holds the rows published for it:
+docs/paper.md#evaluation-protocol). A setting is ``<model size>-<test max length>``; each holds the rows published for it:
 
   1.7b-4k   Qwen3-1.7B, trained with 4K, tested with 4K     base, grpo, dapo, microcoder
   1.7b-8k   Qwen3-1.7B, trained with 4K, tested with 8K     base, grpo, dapo (the paper: "same as test 4K"), microcoder
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from .breakdown import COLUMNS, Cell, Table
 
-#: problems per cell of LCB v6 (paper-spec §9; samples = 4 x problems)
+#: problems per cell of LCB v6 (docs/paper.md#evaluation-protocol; samples = 4 x problems)
 LCB_V6_PROBLEMS = {"atcoder": {"easy": 26, "medium": 26, "hard": 60, "all": 112},
                    "leetcode": {"easy": 17, "medium": 26, "hard": 20, "all": 63},
                    "all": {"easy": 43, "medium": 52, "hard": 80, "all": 175}}

@@ -6,7 +6,7 @@ samples drawn without replacement is correct is::
     pass@k = 1 - C(n - c, k) / C(n, k)
 
 A benchmark's pass@k is the mean of this per-problem value over the problems (:func:`mean_pass_at_k`).
-pass@1 is then the mean fraction of correct samples, ``c / n`` per problem (LiveCodeBench, paper-spec §9).
+pass@1 is then the mean fraction of correct samples, ``c / n`` per problem (LiveCodeBench, docs/paper.md#evaluation-protocol).
 
 Computation: the ratio of two binomial coefficients in exact integer arithmetic (Python integers have no size
 limit), then one correctly rounded division (``int / int`` in Python rounds exactly), so the float returned is

@@ -1,7 +1,7 @@
 """The one version guard of the OpenRLHF adapter: every OpenRLHF internal the adapter relies on, checked at once.
 
 OpenRLHF has no plugin API, so the launcher and the trainer subclass depend on internals of 0.11.0-0.11.2, the same
-in the three releases (notes: ``shared/notes/openrlhf-0.11.2.md`` §5, §7). :func:`check_openrlhf` verifies the
+in the three releases (each one named in :data:`CHECKS`). :func:`check_openrlhf` verifies the
 installed version (:func:`microcoder_ext.compat.require`) and then each internal in :data:`CHECKS`; it raises
 :class:`OpenRLHFInternalsError` listing **every** internal that changed, by name, with what was expected and what
 was found. The launcher calls it before patching anything and the trainer calls it again inside its Ray actor

@@ -5,7 +5,8 @@
     python -m microcoder_ext.openrlhf.train <any train_ppo_ray flags> --mc.preset microcoder [--mc.* flags]
 
 OpenRLHF has no plugin API and builds its argparse parser under ``if __name__ == "__main__"`` of
-``openrlhf/cli/train_ppo_ray.py`` (notes ``shared/notes/openrlhf-0.11.2.md`` §5). :func:`main`:
+``openrlhf/cli/train_ppo_ray.py`` (OpenRLHF 0.11.0-0.11.2), so it runs that module with :mod:`runpy`.
+:func:`main`:
 
 1. splits ``argv``: the ``--mc.*`` flags (:mod:`microcoder_ext.openrlhf.options`, exit 2 on a bad one); the rest
    goes to OpenRLHF untouched, whose own parser rejects unknown flags (exit 2 with its message);

@@ -3,7 +3,7 @@
 A preset is a list of :class:`Requirement` s on OpenRLHF's parsed arguments plus which MicroCoder parts run:
 
 =================  ===========  =========================  ===========================================================
-preset             mask         temperature                OpenRLHF settings (paper-spec §2, §5, §6; [INF] our choice)
+preset             mask         temperature                OpenRLHF settings (docs/paper.md; [INF] our choice)
 =================  ===========  =========================  ===========================================================
 ``microcoder``     yes          ``--mc.temperature.*``     group_norm, no KL, clip 0.2/0.28, token-mean, our reward
 ``mask_only``      yes          OpenRLHF's (untouched)     none: only the mask is added
@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-#: the temperature of the baselines and of MicroCoder-GRPO's main runs (paper-spec §4 "Main runs", §6 "Baselines")
+#: the temperature of the baselines and of MicroCoder-GRPO's main runs (docs/paper.md#baselines)
 PAPER_TEMPERATURE = 1.2
 
 
@@ -78,12 +78,13 @@ class Preset:
         return self.uses_trainer
 
 
-def _group_norm(why: str = "GRPO: (r - mean) / std over the n samples of a prompt (paper-spec §2)") -> Requirement:
+def _group_norm(why: str = "GRPO: (r - mean) / std over the n samples of a prompt (docs/paper.md#objective)"
+                ) -> Requirement:
     return Requirement("algo.advantage.estimator", "group_norm", ("--algo.advantage.estimator", "group_norm"), why)
 
 
 def _no_kl() -> tuple[Requirement, ...]:
-    why = "no KL (beta = 0), neither in the reward nor as a loss (paper-spec §2, §5); no reference model"
+    why = "no KL (beta = 0), neither in the reward nor as a loss (docs/paper.md#kl-and-clipping); no reference model"
     return (
         Requirement("algo.kl.init_coef", 0.0, ("--algo.kl.init_coef", "0"), why),
         Requirement("algo.kl.use_loss", False, (), why),
@@ -104,15 +105,15 @@ def _token_mean() -> Requirement:
     # OpenRLHF 0.11.0/0.11.1 have no --actor.loss_agg_mode: PolicyLoss aggregates token-mean there, always (with the
     # "ppo" policy loss the clip requirement pins)
     return Requirement("actor.loss_agg_mode", "token-mean", ("--actor.loss_agg_mode", "token-mean"),
-                       "token-mean loss aggregation [INF] (paper-spec §5, §12)", since="0.11.2")
+                       "token-mean loss aggregation [INF] (docs/paper.md#kl-and-clipping)", since="0.11.2")
 
 
 def _temperature(value: float) -> Requirement:
     return Requirement("rollout.temperature", float(value), ("--rollout.temperature", repr(float(value))),
-                       "all three methods train at a constant T = 1.2 (paper-spec §4 'Main runs', §6 'Baselines')")
+                       "all three methods train at a constant T = 1.2 (docs/paper.md#baselines)")
 
 
-_CLIP_HIGHER = "clip-higher 0.2 / 0.28, DAPO / DeepCoder GRPO+ values [INF] (paper-spec §5, §12)"
+_CLIP_HIGHER = "clip-higher 0.2 / 0.28, DAPO / DeepCoder GRPO+ values [INF] (docs/paper.md#kl-and-clipping)"
 
 
 def _build() -> dict[str, Preset]:
@@ -135,8 +136,8 @@ def _build() -> dict[str, Preset]:
                       _temperature(PAPER_TEMPERATURE)),
         mask=False, temperature_control=False, fill_reward=True,
     )
-    kl_why = ("'GRPO with KL' (paper-spec §6); coefficient not stated, 0.001 with the k3 (low-variance) estimator as "
-              "verl's defaults [INF]")
+    kl_why = ("'GRPO with KL' (docs/paper.md#baselines); coefficient not stated, 0.001 with the k3 (low-variance) "
+              "estimator as verl's defaults [INF]")
     grpo = Preset(
         name="grpo_baseline",
         summary="the paper's GRPO baseline: GRPO with KL loss 0.001 (k3), clip 0.2/0.2, T 1.2, code reward, no mask",
@@ -145,7 +146,7 @@ def _build() -> dict[str, Preset]:
             Requirement("algo.kl.use_loss", True, ("--algo.kl.use_loss",), kl_why),
             Requirement("algo.kl.init_coef", 0.001, ("--algo.kl.init_coef", "0.001"), kl_why),
             Requirement("algo.kl.estimator", "k3", ("--algo.kl.estimator", "k3"), kl_why),
-            *_clip(0.2, 0.2, "symmetric clip eps = 0.2 (paper-spec §6 'symmetric clip'; value [INF])"),
+            *_clip(0.2, 0.2, "symmetric clip eps = 0.2 (docs/paper.md#baselines; value [INF])"),
             _token_mean(),
             _temperature(PAPER_TEMPERATURE),
         ),
@@ -171,7 +172,7 @@ def temperature_requirement(value: float) -> Requirement:
     return Requirement(
         "rollout.temperature", float(value), ("--rollout.temperature", repr(float(value))),
         "the training temperature is set by --mc.temperature.* (sampling and log-probs use the same value every "
-        "step, paper-spec §4); set --mc.temperature.value instead",
+        "step, docs/paper.md#objective); set --mc.temperature.value instead",
         overridable=False,
     )
 

@@ -1,7 +1,7 @@
 """``GRPOConfig`` presets for MicroCoder-GRPO and its baselines on TRL 1.15-1.16.
 
 =================  =====  ===========  ======================================================================
-preset             mask   temperature  GRPOConfig settings (paper-spec §2, §5, §12; [INF] = our inference)
+preset             mask   temperature  GRPOConfig settings (docs/paper.md; [INF] = our inference)
 =================  =====  ===========  ======================================================================
 ``microcoder``     yes    controller   beta 0 (no KL, no reference model), clip 0.2 / 0.28, loss ``dapo``
                                        (token-mean), ``scale_rewards="group"``, entropy 0, temperature 1.2
@@ -12,20 +12,22 @@ preset             mask   temperature  GRPOConfig settings (paper-spec §2, §5,
 
 Sources, value by value:
 
-* ``beta=0.0``: the paper's β0 = 0 ([EQ]/[README], paper-spec §2, §5). TRL then loads no reference model
-  (``GRPOTrainer.__init__``: ``if self.beta == 0.0: self.ref_model = None``).
+* ``beta=0.0``: the paper's β0 = 0 (docs/paper.md#objective, docs/paper.md#kl-and-clipping). TRL then loads no
+  reference model (``GRPOTrainer.__init__``: ``if self.beta == 0.0: self.ref_model = None``).
 * ``epsilon=0.2``, ``epsilon_high=0.28``: clip-higher; the paper gives no values ([NS]); we use DAPO's / DeepCoder
-  GRPO+'s ([INF], paper-spec §5, §12). TRL: ``epsilon_low = args.epsilon``, ``epsilon_high = args.epsilon_high``,
-  ``coef_2 = clamp(coef_1, 1 - epsilon_low, 1 + epsilon_high)`` in ``_compute_loss``.
-* ``loss_type="dapo"``: token-mean ([INF], paper-spec §5, §12). In TRL 1.16 ``dapo`` divides the summed per-token loss
-  by the number of completion tokens of the whole (global, accumulated) generation batch (``num_items_in_batch``);
-  ``bnpo`` would normalise per local micro-batch and ``grpo`` per sequence. Masked rows keep their tokens in that
-  count (zero advantage, ``completion_mask`` untouched), as the paper's mask requires (paper-spec §3).
-* ``scale_rewards="group"``: GRPO's z-score within the group of ``num_generations`` (paper-spec §2, §12).
+  GRPO+'s ([INF], docs/paper.md#kl-and-clipping). TRL: ``epsilon_low = args.epsilon``,
+  ``epsilon_high = args.epsilon_high``, ``coef_2 = clamp(coef_1, 1 - epsilon_low, 1 + epsilon_high)`` in
+  ``_compute_loss``.
+* ``loss_type="dapo"``: token-mean ([INF], docs/paper.md#kl-and-clipping). In TRL 1.16 ``dapo`` divides the summed
+  per-token loss by the number of completion tokens of the whole (global, accumulated) generation batch
+  (``num_items_in_batch``); ``bnpo`` would normalise per local micro-batch and ``grpo`` per sequence. Masked rows
+  keep their tokens in that count (zero advantage, ``completion_mask`` untouched), as the paper's mask requires
+  (docs/paper.md#conditional-truncation-mask).
+* ``scale_rewards="group"``: GRPO's z-score within the group of ``num_generations`` (docs/paper.md#objective).
 * ``mask_truncated_completions=False``: TRL's own truncation mask drops *every* truncated completion from the loss
-  (DeepCoder's "Mask All"); the conditional mask replaces it (paper-spec §3).
-* ``entropy_coef=0.0``: no entropy bonus ([INF], paper-spec §12).
-* ``temperature=1.2``: the paper's main runs and baselines (paper-spec §4 "Main runs", §6 "Baselines"). With the
+  (DeepCoder's "Mask All"); the conditional mask replaces it (docs/paper.md#conditional-truncation-mask).
+* ``entropy_coef=0.0``: no entropy bonus ([INF], docs/paper.md#kl-and-clipping).
+* ``temperature=1.2``: the paper's main runs and baselines (docs/paper.md#baselines). With the
   ``microcoder`` preset the temperature controller (``microcoder.temperature.*``) sets the temperature at every
   regeneration; the value here is only what a plain ``GRPOTrainer`` would use.
 * ``grpo_baseline``: the paper's "GRPO" baseline has a KL term of unspecified coefficient ([NS]) and a symmetric clip;
@@ -41,7 +43,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-#: the temperature of the paper's main runs and of its baselines (paper-spec §4, §6)
+#: the temperature of the paper's main runs and of its baselines (docs/paper.md#baselines)
 PAPER_TEMPERATURE = 1.2
 
 _NO_KL_CLIP_HIGHER = {
@@ -54,6 +56,10 @@ _NO_KL_CLIP_HIGHER = {
     "entropy_coef": 0.0,
     "temperature": PAPER_TEMPERATURE,
 }
+
+
+#: the instance attribute of a :func:`microcoder_grpo_config` GRPOConfig that names its preset
+PRESET_ATTR = "_microcoder_preset"
 
 
 @dataclass(frozen=True)
@@ -104,17 +110,22 @@ def microcoder_grpo_config(preset: str = "microcoder", **overrides: Any):
     (0.0, 0.2, 0.28, 'dapo')
 
     A preset's mask / temperature switches are on :data:`PRESETS` (``PRESETS[preset].mask``,
-    ``.temperature_control``), for :class:`~microcoder_ext.trl.trainer.MicrocoderGRPOTrainer`. The config of a preset
-    with either (``microcoder``, ``mask_only``) is refused by any other ``GRPOTrainer`` (a
-    :class:`~microcoder_ext.trl.guard.PlainTrainerError` at construction), which would train without them.
+    ``.temperature_control``), for :class:`~microcoder_ext.trl.trainer.MicrocoderGRPOTrainer`, which applies them;
+    the config carries its preset's name (:data:`PRESET_ATTR`), from which the trainer takes its
+    ``temperature_control`` default (:func:`preset_temperature_control`). Nothing of TRL is changed: any other
+    ``GRPOTrainer`` trains the config's GRPOConfig settings alone, without the mask and the controller (for
+    ``microcoder`` that is ``dapo_baseline``).
     """
     from trl import GRPOConfig
 
-    from microcoder_ext.trl import guard
-
     p = _preset(preset)
     config = GRPOConfig(**{**p.grpo, **overrides})
-    if p.mask or p.temperature_control:  # only MicrocoderGRPOTrainer applies it: any other GRPOTrainer refuses it
-        guard.refuse_plain_trainers()
-        setattr(config, guard.PRESET_ATTR, p.name)
+    setattr(config, PRESET_ATTR, p.name)  # an instance attribute: not a GRPOConfig field, not saved by to_dict()
     return config
+
+
+def preset_temperature_control(config: Any) -> bool:
+    """Whether :class:`~microcoder_ext.trl.trainer.MicrocoderGRPOTrainer` runs the temperature controller by default
+    for ``config``: its preset's switch for a :func:`microcoder_grpo_config` config, else True."""
+    preset = getattr(config, PRESET_ATTR, None)
+    return PRESETS[preset].temperature_control if preset in PRESETS else True

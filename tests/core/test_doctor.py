@@ -100,11 +100,11 @@ def test_every_code_is_exercised():
     assert {c[0] for c in CASES} == set(CODES)
 
 
-def test_insights_cite_the_paper_spec():
+def test_insights_cite_a_section_of_the_paper_page():
     for code, _, bad, _ in CASES:
         for f in diagnose(bad):
             if f.code != "invalid-config":
-                assert "paper-spec §" in f.insight, f
+                assert f.insight.startswith("docs/paper.md#"), f
     f = next(f for f in diagnose(good(temperature=TemperatureConfig(value=0.6))) if f.code == "low-temperature")
     assert "Insights B" in f.insight
     assert "Insights D" in next(f for f in diagnose(good(max_response_length=1024))).insight
@@ -183,7 +183,7 @@ def test_format_findings():
     lines = text.splitlines()
     assert lines[0].startswith("plan: framework=verl recipe=microcoder estimator=grpo G=1")
     assert any(l.startswith("ERROR    group-size-1") and "fix: actor_rollout_ref.rollout.n=8" in l for l in lines)
-    assert any(l.startswith("WARNING  rho-range") and "[paper-spec §3" in l for l in lines)
+    assert any(l.startswith("WARNING  rho-range") and "[docs/paper.md#masking-probability;" in l for l in lines)
     assert lines[-1] == "1 error(s), 1 warning(s), 0 info(s)"
     assert format_findings([], good()).splitlines()[-1] == "0 error(s), 0 warning(s), 0 info(s): clean"
 
