@@ -31,7 +31,7 @@ def run(ctl, trace, steps, start=0):
 
 
 def noisy_decline(seed=0):
-    """Diversity rises with T, falls over training at a fixed T (paper-spec §4), plus noise."""
+    """Diversity rises with T, falls over training at a fixed T (docs/paper.md#diversity-determined-temperature), plus noise."""
     rng = np.random.default_rng(seed)
     noise = rng.normal(0, 0.02, 10_000)
     state = {"t": None, "since": 0}

@@ -1,4 +1,4 @@
-"""The paper's table from per-problem results: every published row of paper-spec §10 is reproduced from a
+"""The paper's table from per-problem results: every published row of docs/paper.md#main-results is reproduced from a
 synthetic LCB v6 set (175 problems x n = 4, the §9 platform x difficulty counts), plus the table's edge cases."""
 
 import pytest
@@ -67,7 +67,7 @@ def test_4b_4k_microcoder_row_exactly():
     text = format_table([Run("synthetic", table)], (1,))
     rows = {line.split()[0]: line.split()[1:] for line in text.splitlines()[3:]}
     assert rows["AtCoder"] == ["100.0", "(26)", "49.0", "(26)", "9.6", "(60)", "39.7", "(112)"]
-    # 3/80 = 3.75 exactly: printed 3.8 (round half to even), the paper printed 3.7 (paper-spec §9)
+    # 3/80 = 3.75 exactly: printed 3.8 (round half to even), the paper printed 3.7 (docs/paper.md#evaluation-protocol)
     assert rows["LeetCode"] == ["88.2", "(17)", "22.1", "(26)", "3.8", "(20)", "34.1", "(63)"]
     assert rows["All"] == ["95.3", "(43)", "35.6", "(52)", "8.1", "(80)", "37.7", "(175)"]
     # pass@4 = share of problems with a correct sample (synthetic_run packs c = 4 per problem first)

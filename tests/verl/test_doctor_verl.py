@@ -23,7 +23,7 @@ from microcoder_ext.verl.doctor import plan_from_verl, recipe_from_overrides  # 
 from microcoder_ext.verl.recipes import compose_many  # noqa: E402
 
 A = "actor_rollout_ref"
-#: per-model launch settings the recipes leave to the command line (paper-spec §6): batch 64 / 32, G 8, 4K
+#: per-model launch settings the recipes leave to the command line (docs/paper.md#training-settings): batch 64 / 32, G 8, 4K
 LAUNCH = [
     "data.train_batch_size=64", f"{A}.actor.ppo_mini_batch_size=32", f"{A}.rollout.n=8",
     "data.max_response_length=4096",

@@ -1,4 +1,4 @@
-"""The mask multiplies verl's already group-normalised GRPO advantages (paper-spec §2, §3)."""
+"""The mask multiplies verl's already group-normalised GRPO advantages (docs/paper.md#objective)."""
 
 import numpy as np
 import pytest

@@ -1,6 +1,6 @@
 """verl's real actor loss (``verl.workers.utils.losses.ppo_loss``) with the actor config each recipe composes.
 
-Checks the loss preset of MicroCoder-GRPO (paper-spec §5): clip-higher 0.2 / 0.28, token-mean aggregation,
+Checks the loss preset of MicroCoder-GRPO (docs/paper.md#kl-and-clipping): clip-higher 0.2 / 0.28, token-mean aggregation,
 no KL term; and that a zeroed (masked) advantage row still counts in the token-mean denominator.
 """
 

@@ -36,7 +36,7 @@ RECIPES = ("microcoder", "microcoder_mask_only", "grpo_baseline", "dapo_baseline
 
 # ------------------------------------------------------------------ what each recipe must set, value by value
 
-#: the paper's mask settings (paper-spec §3, §12); must also be MaskConfig's defaults (checked below)
+#: the paper's mask settings (docs/paper.md#conditional-truncation-mask); must also be MaskConfig's defaults (checked below)
 MASK = {
     "microcoder.mask.enable": True,
     "microcoder.mask.rho": 0.2,
@@ -48,7 +48,7 @@ MASK = {
     "microcoder.mask.missing_verdict": "score",
     "microcoder.mask.correct_score": 1.0,
 }
-#: the paper's temperature (constant 1.2, paper-spec §4); must also be TemperatureConfig's defaults (checked below)
+#: the paper's temperature (constant 1.2, docs/paper.md#main-runs-temperature); must also be TemperatureConfig's defaults (checked below)
 TEMPERATURE = {
     "microcoder.temperature.mode": "constant",
     "microcoder.temperature.value": 1.2,
@@ -114,7 +114,7 @@ EXPECTED: dict[str, dict[str, object]] = {
 #: verl's need_reference_policy for each recipe (launched with LAUNCH)
 REFERENCE_MODEL = {"microcoder": False, "microcoder_mask_only": False, "grpo_baseline": True, "dapo_baseline": False}
 
-#: a launch command at the paper's scale (paper-spec §6), with the GPU-dependent values verl's validation needs.
+#: a launch command at the paper's scale (docs/paper.md#training-settings), with the GPU-dependent values verl's validation needs.
 #: GRPO is given explicitly for microcoder_mask_only, which keeps verl's default estimator (GAE, with a critic whose
 #: validation loads the critic model's HF config from actor_rollout_ref.model.path).
 LAUNCH = [
