@@ -11,8 +11,8 @@ config field without a meaning, or a documented name that no longer exists fails
 Generators (``GENERATORS``):
 
 * ``microcoder-keys``: every ``microcoder.*`` key (verl Hydra) with its ``--mc.*`` flag (OpenRLHF launcher, ``microcoder
-  train``), type, default and meaning, from :mod:`microcoder_ext.core.config`'s dataclasses and
-  :data:`microcoder_ext.openrlhf.options.MEANING` (the launcher's own help texts);
+  train``), type, default and meaning, from :func:`microcoder_ext.core.options.option_specs` (the help metadata of
+  :mod:`microcoder_ext.core.config`'s fields, which the flags' help shows too);
 * ``mc-run-flags``, ``openrlhf-presets``: the launcher's other ``--mc.*`` flags and its presets;
 * ``command-flags:NAME``: the flags of ``microcoder NAME`` (every sub-subcommand too), from the parser that the
   ``microcoder`` command itself builds (``microcoder_ext.cli.build_parser``);
@@ -106,21 +106,15 @@ def show_value(value: object) -> str:
 
 def microcoder_keys() -> str:
     from microcoder_ext.core import config as core_config
-    from microcoder_ext.openrlhf import options
+    from microcoder_ext.core import options
 
-    specs = {s.key: s for s in options.specs()}
+    specs = options.option_specs()  # a field without help metadata raises here, failing the build
     out = []
     for section, cls_name in options.SECTIONS.items():
         cls = getattr(core_config, cls_name)
-        rows = []
-        for f in dataclasses.fields(cls):
-            key = f"{section}.{f.name}"
-            if key not in options.MEANING:
-                raise PluginError(f"microcoder.{key} has no meaning in microcoder_ext.openrlhf.options.MEANING")
-            default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
-            spec = specs[key]
-            rows.append([code(f"microcoder.{key}") + "<br>" + code(f"{options.flag(key)} {spec.metavar or ''}".strip()),
-                         code(f.type), code(show_value(default)), cell(options.MEANING[key])])
+        rows = [[code(f"microcoder.{s.key}") + "<br>" + code(f"{s.flag} {s.metavar}".strip()),
+                 code(s.type), code(show_value(s.default)), cell(s.help)]
+                for s in specs if s.section == section]
         out.append(f"**`microcoder.{section}`** (`{cls.__module__}.{cls_name}`)\n\n"
                    + table(["verl key<br>flag (OpenRLHF launcher, `microcoder train`)", "type", "default", "meaning"],
                            rows))

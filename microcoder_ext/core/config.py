@@ -4,38 +4,14 @@ verl reads it from the top-level Hydra key ``microcoder`` (dataclass-backed verl
 the OpenRLHF launcher builds the same structure from ``--mc.*`` flags. Unknown keys and invalid values raise
 :class:`ConfigError` naming the offending key, so a typo fails at start-up instead of silently using a default.
 
-Defaults follow the paper (docs/paper.md#our-defaults)::
+Each field is documented once, in its ``help`` metadata (:func:`_field`); the ``--mc.*`` flags of the OpenRLHF
+launcher and ``microcoder train`` and the configuration reference (docs/configuration.md, with every key, type and
+default) are generated from it (:mod:`microcoder_ext.core.options`). The defaults follow the paper (arXiv
+2603.07777) where it states them, and say where they are our inference (docs/paper.md#our-defaults)::
 
     microcoder:
-      mask:
-        enable: true
-        rho: 0.2                # masking probability (paper's main runs; 0.1 is the ablation's "Cond. Mask")
-        m: 128                  # repeat window in tokens (paper)
-        mode: non_incorrect     # non_incorrect | correct_only
-        repeat_check: block     # block (paper: o[-m:] == o[-2m:-m]) | periodic
-        seed: 0                 # coins for step s come from Generator(seed, s): reproducible and resume-safe
-        verdict_key: verdict    # key of the reward's extra info that holds the verdict string
-        missing_verdict: score  # no verdict from the reward: score | keep | error
-        correct_score: 1.0      # missing_verdict=score: score >= this counts as "correct", else wrong_answer
-      temperature:              # training temperature (docs/paper.md#diversity-determined-temperature)
-        mode: constant          # constant | staged | auto (diversity-determined)
-        value: 1.2              # constant: the temperature (paper's main runs); auto: the start (a candidate)
-        stages: []              # staged: [[step, T], ...] from step 0, e.g. [[0, 0.6], [140, 1.2]]
-        candidates: [0.6, 0.8, 1.0, 1.2, 1.4, 1.6, 1.8]   # auto: temperatures it may use, increasing
-        start: value            # auto: value | probe (lowest candidate whose probe diversity >= target)
-        target: null            # auto: diversity target (expected converged diversity); null = estimate it
-        target_steps: 10        # auto, target null: estimate = mean of the first target_steps steps ...
-        target_margin: 0.05     # ... minus this margin
-        window: 20              # auto: smoothed diversity below target for this many consecutive steps ...
-        min_interval: 50        # ... and at least this many steps since the last change -> next candidate
-        max_temperature: 1.8    # auto: never above
-        smoothing: 0.9          # EMA decay of the step diversity (0 = none)
-        n: 4                    # n-gram order of the diversity metrics
-        metric: distinct        # distinct (distinct-n per response) | group_pooled | pairwise
-        probe_prompts: 64       # probe: prompts of the probe set
-        probe_samples: 8        # probe: responses per prompt and temperature
-        min_stage_steps: 20     # shortest stage / min_interval allowed (the paper's staged changes); lowered only by
-                                # `microcoder smoke`, which compresses a schedule into a few steps
+      mask: {enable: true, rho: 0.2, m: 128, mode: non_incorrect, repeat_check: block, ...}
+      temperature: {mode: constant, value: 1.2, ...}
 """
 
 from __future__ import annotations
@@ -68,6 +44,12 @@ UNKNOWN_KEY = "unknown-key"
 UNKNOWN_SECTION = "unknown-section"
 
 
+def _field(default: Any, help: str) -> Any:
+    """A config field documented once: its ``help`` is what the ``--mc.*`` flags, ``microcoder train`` and the
+    configuration reference show (:mod:`microcoder_ext.core.options`)."""
+    return field(default=default, metadata={"help": help})
+
+
 class ConfigError(ValueError):
     """Invalid ``microcoder:`` configuration (or a framework setting that contradicts it). ``code``: which rule,
     stable (:data:`INVALID_VALUE`, :data:`UNKNOWN_KEY`, :data:`UNKNOWN_SECTION`, a
@@ -82,15 +64,23 @@ class ConfigError(ValueError):
 
 @dataclass(frozen=True)
 class MaskConfig:
-    enable: bool = True
-    rho: float = 0.2
-    m: int = 128
-    mode: str = "non_incorrect"
-    repeat_check: str = "block"
-    seed: int = 0
-    verdict_key: str = "verdict"
-    missing_verdict: str = "score"
-    correct_score: float = 1.0
+    """``microcoder.mask``: the conditional truncation mask (each field's ``help`` metadata says what it does)."""
+
+    enable: bool = _field(True, "apply the conditional truncation mask; false trains without it")
+    rho: float = _field(0.2, "probability of zeroing the advantage of a qualifying truncated response; 0.2 matches "
+                             "the paper's main 4B run, 0.1 its 'Cond. Mask' ablation")
+    m: int = _field(128, "repeat window in tokens (128 is the paper's): a truncated response whose last m tokens "
+                         "repeat the m before is kept")
+    mode: str = _field("non_incorrect", "which verdicts may be masked: non_incorrect (correct or no verdict: the "
+                                        "paper's equation) or correct_only (a stricter reading)")
+    repeat_check: str = _field("block", "repetition test: block (the paper's, o[-m:] == o[-2m:-m]) or periodic (also "
+                                        "loops whose period does not divide m; ours)")
+    seed: int = _field(0, "seed of the per-step coins (step s uses Generator(seed, s): reproducible and "
+                          "resume-safe)")
+    verdict_key: str = _field("verdict", "key of the reward's extra info that holds the verdict string")
+    missing_verdict: str = _field("score", "no verdict from the reward: score (score >= correct_score is correct, "
+                                           "else wrong_answer), keep (never mask) or error")
+    correct_score: float = _field(1.0, "with missing_verdict=score: a score >= this counts as correct")
 
     def __post_init__(self) -> None:
         try:
@@ -129,23 +119,35 @@ def _count(x: Any, low: int) -> bool:
 
 @dataclass(frozen=True)
 class TemperatureConfig:
-    mode: str = "constant"
-    value: float = 1.2
-    stages: tuple = ()
-    candidates: tuple = DEFAULT_CANDIDATES
-    start: str = "value"
-    target: float | None = None
-    target_steps: int = 10
-    target_margin: float = 0.05
-    window: int = 20
-    min_interval: int = 50
-    max_temperature: float = 1.8
-    smoothing: float = 0.9
-    n: int = 4
-    metric: str = "distinct"
-    probe_prompts: int = 64
-    probe_samples: int = 8
-    min_stage_steps: int = MIN_STAGE_STEPS
+    """``microcoder.temperature``: the training temperature (:mod:`microcoder_ext.core.temperature`; each field's
+    ``help`` metadata says what it does)."""
+
+    mode: str = _field("constant", "training temperature: constant, staged, or auto (diversity-determined)")
+    value: float = _field(1.2, "constant: the temperature (1.2: the paper's main runs); auto: the start (one of the "
+                               "candidates)")
+    stages: tuple = _field((), "staged: [[step, T], ...] from step 0 (JSON on the command line), e.g. "
+                               "[[0, 0.6], [140, 1.2]]; stages shorter than min_stage_steps or changes below 0.1 are "
+                               "refused (ramps, not stages)")
+    candidates: tuple = _field(DEFAULT_CANDIDATES, "auto: the temperatures it may use, increasing, at least 0.1 apart "
+                                                   "(on the command line: several numbers or one JSON list)")
+    start: str = _field("value", "auto: value, or probe (the lowest candidate whose probe diversity reaches target; "
+                                 "no trainer runs the probe: run `microcoder temperature probe`, then set value)")
+    target: float | None = _field(None, "auto: diversity target in [0, 1]; null estimates it from the first steps")
+    target_steps: int = _field(10, "auto, target null: the target is the mean diversity of the first target_steps "
+                                   "steps minus target_margin")
+    target_margin: float = _field(0.05, "auto, target null: subtracted from the mean of the first target_steps steps")
+    window: int = _field(20, "auto: steps in a row the smoothed diversity must stay below target before the next "
+                             "candidate")
+    min_interval: int = _field(50, "auto: fewest steps since the last change before the next candidate")
+    max_temperature: float = _field(1.8, "auto: never above this temperature")
+    smoothing: float = _field(0.9, "EMA decay of the step diversity (0 = none)")
+    n: int = _field(4, "n-gram order of the diversity metrics")
+    metric: str = _field("distinct", "diversity metric the controller uses: distinct (distinct-n per response), "
+                                     "group_pooled or pairwise")
+    probe_prompts: int = _field(64, "`microcoder temperature probe`: prompts of the probe set")
+    probe_samples: int = _field(8, "`microcoder temperature probe`: responses per prompt and temperature")
+    min_stage_steps: int = _field(MIN_STAGE_STEPS, "shortest stage (and auto min_interval) accepted, in steps; only "
+                                                   "`microcoder smoke` lowers it, to fit a schedule into a few steps")
 
     def __post_init__(self) -> None:
         key = "microcoder.temperature."
@@ -207,8 +209,9 @@ class TemperatureConfig:
 
 @dataclass(frozen=True)
 class MicrocoderConfig:
-    mask: MaskConfig = field(default_factory=MaskConfig)
-    temperature: TemperatureConfig = field(default_factory=TemperatureConfig)
+    mask: MaskConfig = field(default_factory=MaskConfig, metadata={"help": "the conditional truncation mask"})
+    temperature: TemperatureConfig = field(default_factory=TemperatureConfig,
+                                           metadata={"help": "the training temperature"})
 
 
 _SECTIONS: dict[str, type] = {"mask": MaskConfig, "temperature": TemperatureConfig}

@@ -1,8 +1,9 @@
 """The ``--mc.*`` flags of ``python -m microcoder_ext.openrlhf.train``: verl's ``microcoder.*`` keys as argparse flags.
 
 One flag per field of :class:`~microcoder_ext.core.config.MaskConfig` and
-:class:`~microcoder_ext.core.config.TemperatureConfig`, generated from the dataclasses, so the names and defaults
-are verl's one to one (``microcoder.mask.rho`` <-> ``--mc.mask.rho``)::
+:class:`~microcoder_ext.core.config.TemperatureConfig`, built from :func:`microcoder_ext.core.options.option_specs`
+(the fields' help metadata), so the names, defaults and help are verl's one to one (``microcoder.mask.rho`` <->
+``--mc.mask.rho``)::
 
     --mc.mask.rho 0.1  --mc.mask.enable false
     --mc.temperature.mode staged  --mc.temperature.stages '[[0, 0.6], [140, 1.2]]'   (JSON)
@@ -24,50 +25,17 @@ errors). Import-light: ``microcoder_ext.core.config`` (and with it torch) is imp
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import difflib
-import json
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
+from microcoder_ext.core.options import PREFIX, SECTIONS, OptionSpec, config_message, flag, given_values, nest
+from microcoder_ext.core.options import option_specs as specs
 from microcoder_ext.openrlhf.presets import DEFAULT_PRESET, PRESETS, Preset, get_preset
 
-PREFIX = "--mc."
-#: ``--mc.<section>.<key>`` <-> ``microcoder.<section>.<key>``, section -> dataclass name in core.config
-SECTIONS = {"mask": "MaskConfig", "temperature": "TemperatureConfig"}
-
-#: what each key means (the default is appended from the dataclass); keep in step with core.config's docstring
-MEANING: dict[str, str] = {
-    "mask.enable": "apply the conditional truncation mask (false: the preset trains without it)",
-    "mask.rho": "probability of zeroing the advantage of a qualifying truncated response (0.1 = the ablation's "
-                "'Cond. Mask')",
-    "mask.m": "repeat window in tokens: a truncated response whose last m tokens repeat the m before is kept",
-    "mask.mode": "which verdicts may be masked: non_incorrect (paper) or correct_only",
-    "mask.repeat_check": "repetition test: block (paper, o[-m:] == o[-2m:-m]) or periodic",
-    "mask.seed": "seed of the per-step coins (step s uses Generator(seed, s): resume-safe)",
-    "mask.verdict_key": "key of the reward's extra info holding the verdict string",
-    "mask.missing_verdict": "no verdict from the reward: score (score >= correct_score is correct), keep, error",
-    "mask.correct_score": "with missing_verdict=score: a score >= this counts as correct",
-    "temperature.mode": "training temperature: constant, staged, or auto (diversity-determined)",
-    "temperature.value": "constant: the temperature (paper's main runs); auto: the start (one of the candidates)",
-    "temperature.stages": "staged: JSON [[step, T], ...] from step 0, e.g. '[[0, 0.6], [140, 1.2]]'",
-    "temperature.candidates": "auto: the temperatures it may use, increasing (JSON list or several numbers)",
-    "temperature.start": "auto: value, or probe (not run inside OpenRLHF: run `microcoder temperature probe`)",
-    "temperature.target": "auto: diversity target in [0, 1]; null estimates it from the first steps",
-    "temperature.target_steps": "auto, target null: the estimate is the mean of the first target_steps steps ...",
-    "temperature.target_margin": "... minus this margin",
-    "temperature.window": "auto: smoothed diversity below target for this many consecutive steps ...",
-    "temperature.min_interval": "... and at least this many steps since the last change -> next candidate",
-    "temperature.max_temperature": "auto: never above this temperature",
-    "temperature.smoothing": "EMA decay of the step diversity (0 = none)",
-    "temperature.n": "n-gram order of the diversity metrics",
-    "temperature.metric": "diversity metric: distinct, group_pooled or pairwise",
-    "temperature.probe_prompts": "probe: prompts of the probe set",
-    "temperature.probe_samples": "probe: responses per prompt and temperature",
-    "temperature.min_stage_steps": "shortest stage / min_interval accepted, in steps (only smoke lowers it)",
-}
+__all__ = ["PREFIX", "SECTIONS", "McOptions", "OptionSpec", "OptionsError", "build_parser", "config_message", "flag",
+           "format_help", "parse", "presets_table", "specs"]
 
 
 class OptionsError(ValueError):
@@ -89,121 +57,6 @@ class McOptions:
     given: dict[str, Any]
     allow_override: bool = False
     dry_run: bool = False
-
-
-def flag(key: str) -> str:
-    """``"mask.rho"`` -> ``"--mc.mask.rho"``."""
-    return f"{PREFIX}{key}"
-
-
-# ------------------------------------------------------------------------------------------------ value parsing
-
-
-def _bool(text: str) -> bool:
-    lowered = text.strip().lower()
-    if lowered in ("true", "1", "yes", "on"):
-        return True
-    if lowered in ("false", "0", "no", "off"):
-        return False
-    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
-
-
-def _number(kind: type) -> Callable[[str], Any]:
-    def parse(text: str):
-        try:
-            return kind(text)
-        except ValueError:
-            what = "an integer" if kind is int else "a number"
-            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
-
-    parse.__name__ = kind.__name__
-    return parse
-
-
-def _optional_float(text: str) -> float | None:
-    if text.strip().lower() in ("null", "none"):
-        return None
-    return _number(float)(text)
-
-
-def _json(text: str) -> Any:
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as e:
-        raise argparse.ArgumentTypeError(f"expected JSON, e.g. '[[0, 0.6], [140, 1.2]]', got {text!r} ({e})") from None
-
-
-def _float_list(tokens: list[str]) -> Any:
-    """``0.6 0.8 1.0`` or one JSON list ``'[0.6, 0.8]'`` -> list (elements validated by parse_config)."""
-    if len(tokens) == 1 and tokens[0].lstrip().startswith("["):
-        return _json(tokens[0])
-    return [_number(float)(t) for t in tokens]
-
-
-@dataclass(frozen=True)
-class _Spec:
-    key: str  # "mask.rho"
-    default: Any
-    type: Callable[[str], Any]
-    nargs: str | None = None
-    metavar: str | None = None
-    post: Callable[[Any], Any] | None = None  # applied to the parsed tokens (nargs="+")
-
-
-def _choices() -> dict[str, tuple[str, ...]]:
-    from microcoder_ext.core.config import MISSING_VERDICT_POLICIES, TEMPERATURE_MODES, TEMPERATURE_STARTS
-    from microcoder_ext.core.diversity import METRICS
-    from microcoder_ext.core.masking import MODES, REPEAT_CHECKS
-
-    return {"mask.mode": MODES, "mask.repeat_check": REPEAT_CHECKS, "mask.missing_verdict": MISSING_VERDICT_POLICIES,
-            "temperature.mode": TEMPERATURE_MODES, "temperature.start": TEMPERATURE_STARTS,
-            "temperature.metric": METRICS}
-
-
-def specs() -> list[_Spec]:
-    """One spec per dataclass field of the ``microcoder:`` sections, in field order."""
-    from microcoder_ext.core import config as core_config
-
-    choices = _choices()
-    out = []
-    for section, cls_name in SECTIONS.items():
-        for f in dataclasses.fields(getattr(core_config, cls_name)):
-            key = f"{section}.{f.name}"
-            default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
-            kind = str(f.type)
-            if key in choices:
-                spec = _Spec(key, default, str, metavar="{" + ",".join(choices[key]) + "}")
-            elif kind == "bool":
-                spec = _Spec(key, default, _bool, metavar="{true,false}")
-            elif kind == "int":
-                spec = _Spec(key, default, _number(int), metavar="INT")
-            elif kind == "float":
-                spec = _Spec(key, default, _number(float), metavar="FLOAT")
-            elif kind == "float | None":
-                spec = _Spec(key, default, _optional_float, metavar="{FLOAT,null}")
-            elif kind == "str":
-                spec = _Spec(key, default, str, metavar="STR")
-            elif key == "temperature.stages":
-                spec = _Spec(key, default, _json, metavar="JSON")
-            elif key == "temperature.candidates":
-                spec = _Spec(key, default, str, nargs="+", metavar="T", post=_float_list)
-            else:  # a new field: give it a flag type here (tests/openrlhf/test_launcher.py checks every field)
-                raise TypeError(f"no --mc flag type for microcoder.{key} ({kind})")
-            out.append(spec)
-    return out
-
-
-def _show_default(spec: _Spec) -> str:
-    value = spec.default
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if value is None:
-        return "null"
-    if spec.key == "temperature.candidates":
-        return " ".join(f"{v:g}" for v in value)
-    if isinstance(value, (tuple, list)):
-        return json.dumps([list(v) if isinstance(v, tuple) else v for v in value])
-    return str(value)
 
 
 # ------------------------------------------------------------------------------------------------ parser
@@ -254,11 +107,8 @@ def build_parser(prog: str = "python -m microcoder_ext.openrlhf.train") -> argpa
             "training temperature (--mc.temperature.*, verl: microcoder.temperature.*; preset microcoder)"),
     }
     for spec in specs():
-        section = spec.key.split(".")[0]
-        groups[section].add_argument(
-            flag(spec.key), dest=f"mc.{spec.key}", type=spec.type, nargs=spec.nargs, metavar=spec.metavar,
-            default=argparse.SUPPRESS, help=f"{MEANING[spec.key]} (default {_show_default(spec)})".replace("%", "%%"),
-        )
+        groups[spec.section].add_argument(spec.flag, dest=spec.dest, type=spec.parse, nargs=spec.nargs,
+                                          metavar=spec.metavar, default=argparse.SUPPRESS, help=spec.flag_help())
     return parser
 
 
@@ -267,24 +117,6 @@ def format_help(prog: str = "python -m microcoder_ext.openrlhf.train") -> str:
 
 
 # ------------------------------------------------------------------------------------------------ parse
-
-_KEY = re.compile(r"\bmicrocoder\.(mask|temperature)\.(\w+)")
-_SECTION_KEY = re.compile(r"\bmicrocoder\.(mask|temperature): (\w+)")
-
-
-def config_message(message: str, keys: Sequence[str]) -> str:
-    """A :class:`~microcoder_ext.core.config.ConfigError` message with the flags instead of the keys:
-    ``microcoder.mask: rho must be ...`` -> ``--mc.mask.rho: rho must be ...``."""
-    keys = set(keys)
-    m = _SECTION_KEY.search(message)
-    if m and f"{m.group(1)}.{m.group(2)}" in keys:
-        return f"{flag(m.group(1) + '.' + m.group(2))}: {message[m.end(2):].lstrip()}"
-    m = _KEY.search(message)
-    if m:
-        message = _KEY.sub(lambda k: flag(f"{k.group(1)}.{k.group(2)}"), message)
-        return message
-    return message.replace("microcoder.", PREFIX)
-
 
 def _unknown(rest: Sequence[str], known: Sequence[str]) -> list[str]:
     errors = []
@@ -330,23 +162,13 @@ def parse(argv: Sequence[str]) -> tuple[McOptions, list[str]]:
     known = [a.option_strings[0] for a in parser._actions if a.option_strings]
     errors = _unknown(rest, known)
     preset = get_preset(values["mc.preset"])
-    given: dict[str, Any] = {}
-    for spec in specs():
-        dest = f"mc.{spec.key}"
-        if dest in values:
-            try:
-                given[spec.key] = spec.post(values[dest]) if spec.post else values[dest]
-            except argparse.ArgumentTypeError as e:
-                errors.append(f"argument {flag(spec.key)}: {e}")
+    given, post_errors = given_values(values)
+    errors += post_errors
     errors += _not_applicable(preset, given)
     config = None
     if not errors:
-        nested: dict[str, dict[str, Any]] = {section: {} for section in SECTIONS}
-        for key, value in given.items():
-            section, name = key.split(".", 1)
-            nested[section][name] = value
         try:
-            config = parse_config(nested)
+            config = parse_config(nest(given))
         except ConfigError as e:
             errors.append(config_message(str(e), list(given)))
         else:

@@ -4,8 +4,8 @@ the ``microcoder:`` config, mask / temperature controller on or off, LoRA).
 The flags (:func:`add_flags`): MicroCoder's own ``train_grpo.py`` (``--model_name_or_path``,
 ``--use_conditional_mask``, ``--diversity_driven_temp``, ``--remove_kl_loss``, ``--clipping_ratio``,
 ``--per_device_train_batch_size``, ``--gradient_accumulation_steps``) plus LoRA, the temperature mode, a preset, and
-every ``microcoder.*`` key as a ``--mc.<section>.<key>`` flag (the OpenRLHF launcher's, generated from
-:mod:`microcoder_ext.core.config`).
+every ``microcoder.*`` key as a ``--mc.<section>.<key>`` flag (the same flags as the OpenRLHF launcher's, built
+from :func:`microcoder_ext.core.options.option_specs`: the config fields' help metadata).
 
 How they are put together (:func:`plan`): the preset (``--preset``, default ``microcoder``:
 :data:`microcoder_ext.trl.config.PRESETS`) gives the ``GRPOConfig`` and whether the mask and the temperature
@@ -164,19 +164,17 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def _add_mc_flags(parser: argparse.ArgumentParser) -> None:
-    """``--mc.mask.*`` / ``--mc.temperature.*``: one flag per ``microcoder.*`` key (the OpenRLHF launcher's specs)."""
-    from microcoder_ext.openrlhf import options as mc
+    """``--mc.mask.*`` / ``--mc.temperature.*``: one flag per ``microcoder.*`` key (``core.options``' records)."""
+    from microcoder_ext.core.options import option_specs
 
     groups = {
         "mask": parser.add_argument_group("conditional truncation mask (--mc.mask.*; verl: microcoder.mask.*)"),
         "temperature": parser.add_argument_group(
             "training temperature (--mc.temperature.*; verl: microcoder.temperature.*)"),
     }
-    for spec in mc.specs():
-        groups[spec.key.split(".")[0]].add_argument(
-            mc.flag(spec.key), dest=f"mc.{spec.key}", type=spec.type, nargs=spec.nargs, metavar=spec.metavar,
-            default=argparse.SUPPRESS,
-            help=f"{mc.MEANING[spec.key]} (default {mc._show_default(spec)})".replace("%", "%%"))
+    for spec in option_specs():
+        groups[spec.section].add_argument(spec.flag, dest=spec.dest, type=spec.parse, nargs=spec.nargs,
+                                          metavar=spec.metavar, default=argparse.SUPPRESS, help=spec.flag_help())
 
 
 # ------------------------------------------------------------------------------------------------ settings
@@ -204,23 +202,15 @@ class Plan:
 
 def given_mc(args: argparse.Namespace) -> tuple[dict[str, Any], list[str]]:
     """The ``--mc.*`` values given on the command line (key -> value) and the errors of their post-processing."""
-    from microcoder_ext.openrlhf import options as mc
+    from microcoder_ext.core.options import given_values
 
-    given, errors = {}, []
-    for spec in mc.specs():
-        dest = f"mc.{spec.key}"
-        if hasattr(args, dest):
-            try:
-                given[spec.key] = spec.post(getattr(args, dest)) if spec.post else getattr(args, dest)
-            except argparse.ArgumentTypeError as e:
-                errors.append(f"argument {mc.flag(spec.key)}: {e}")
-    return given, errors
+    return given_values(vars(args))
 
 
 def plan(args: argparse.Namespace, *, cuda: bool | None = None) -> Plan:
     """Preset <- seed flags <- ``--mc.*``, validated. Raises :class:`UsageError` listing every problem."""
     from microcoder_ext.core.config import ConfigError, parse_config
-    from microcoder_ext.openrlhf import options as mc
+    from microcoder_ext.core.options import flag
     from microcoder_ext.trl.config import PRESETS, preset_settings
 
     preset = PRESETS[args.preset]
@@ -231,7 +221,7 @@ def plan(args: argparse.Namespace, *, cuda: bool | None = None) -> Plan:
 
     def seed_sets(key: str, value: Any, by: str) -> None:
         if key in given and given[key] != value:
-            errors.append(f"{by} sets microcoder.{key} = {value!r} but {mc.flag(key)} {given[key]!r} says otherwise: "
+            errors.append(f"{by} sets microcoder.{key} = {value!r} but {flag(key)} {given[key]!r} says otherwise: "
                           "give one of them")
         keys[key] = value
 
@@ -365,7 +355,7 @@ def plan(args: argparse.Namespace, *, cuda: bool | None = None) -> Plan:
 def _flag_message(message: str, given: dict, keys: dict) -> str:
     """A core ConfigError with the flag that set the key: --mc.* as the OpenRLHF launcher says it, the seed's flags
     by their own names."""
-    from microcoder_ext.openrlhf import options as mc
+    from microcoder_ext.core.options import config_message
 
     seed_flag = {"temperature.value": "--temperature", "temperature.mode": "--diversity_driven_temp/--temperature_mode",
                  "mask.enable": "--use_conditional_mask"}
@@ -374,7 +364,7 @@ def _flag_message(message: str, given: dict, keys: dict) -> str:
             return f"{name}: {message}" + (
                 " (with --diversity_driven_temp True the start temperature must be one of the candidates)"
                 if key == "temperature.value" else "")
-    return mc.config_message(message, list(given))
+    return config_message(message, list(given))
 
 
 def _report_to(text: str) -> list[str] | str:

@@ -5,6 +5,8 @@ functions included, relative imports resolved, plus ``importlib.import_module("l
 * data flows one way, core <- reward / adapters <- cli: ``microcoder_ext.core`` and ``microcoder_ext.reward``
   never reach verl, OpenRLHF, TRL or the command-line package (directly or through another module of ours);
 * nothing but the command-line package itself imports ``microcoder_ext.cli`` (the console script and the tests do);
+* no framework adapter (``microcoder_ext.verl``, ``.openrlhf``, ``.trl``) imports another: what two of them need
+  lives in core (e.g. ``core.options``, the ``--mc.*`` flags' records);
 * the reward's process sandbox imports only the standard library (it runs inside the worker process).
 """
 
@@ -145,6 +147,18 @@ def test_only_the_cli_package_imports_the_cli_package():
     internal, _ = _graph()
     bad = sorted(f"{m} imports {n}" for m, deps in internal.items() if not (m == CLI or m.startswith(CLI + "."))
                  for n in deps if n == CLI or n.startswith(CLI + "."))
+    assert not bad, "\n".join(bad)
+
+
+def test_no_adapter_imports_another():
+    internal, _ = _graph()
+
+    def adapter(m: str) -> str | None:
+        return next((fw for fw in FRAMEWORKS if m == f"{PKG}.{fw}" or m.startswith(f"{PKG}.{fw}.")), None)
+
+    assert f"{PKG}.core.options" in internal[f"{PKG}.trl.train_settings"]  # the graph sees function-level imports
+    bad = sorted(f"{m} imports {n}" for m, deps in internal.items() if adapter(m)
+                 for n in deps if adapter(n) not in (None, adapter(m)))
     assert not bad, "\n".join(bad)
 
 

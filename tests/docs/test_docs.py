@@ -102,6 +102,25 @@ class _Links(HTMLParser):
             self.hrefs += [v for k, v in attrs if k == "href" and v]
 
 
+def test_configuration_reference_shows_each_config_fields_help():
+    """docs/configuration.md's table of ``microcoder.*`` keys comes from the config fields' help metadata (the one copy
+    of each key's help, which the ``--mc.*`` flags show too): each key's row ends with its field's help."""
+    import dataclasses
+    import importlib.util
+
+    from microcoder_ext.core.config import MaskConfig, TemperatureConfig
+
+    spec = importlib.util.spec_from_file_location("mc_docs_reference", ROOT / "docs" / "hooks" / "reference.py")
+    hook = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(hook)
+    lines = hook.microcoder_keys().splitlines()
+    for section, cls in (("mask", MaskConfig), ("temperature", TemperatureConfig)):
+        for f in dataclasses.fields(cls):
+            row = [line for line in lines if line.startswith(f"| <code>microcoder.{section}.{f.name}</code><br>")]
+            assert len(row) == 1, (f.name, row)
+            assert row[0].endswith(f" | {hook.cell(f.metadata['help'])} |"), row[0]
+
+
 def test_mkdocs_build_strict(tmp_path):
     site = tmp_path / "site"
     proc = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site)], cwd=ROOT,

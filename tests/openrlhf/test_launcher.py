@@ -65,15 +65,20 @@ def our_reward() -> str:
 # ------------------------------------------------------------------------------------------------ --mc.* flags
 
 
-def test_one_flag_per_config_key_with_its_default_and_meaning():
+def test_one_flag_per_config_key_with_its_default_and_the_fields_help():
     by_key = {s.key: s for s in options.specs()}
     expected = [f"{section}.{f.name}" for section, cls in (("mask", MaskConfig), ("temperature", TemperatureConfig))
                 for f in dataclasses.fields(cls)]
     assert list(by_key) == expected
-    assert set(options.MEANING) == set(expected)
+    actions = {a.option_strings[0]: a for a in options.build_parser()._actions if a.option_strings}
     for section, cls in (("mask", MaskConfig), ("temperature", TemperatureConfig)):
         for f in dataclasses.fields(cls):
-            assert by_key[f"{section}.{f.name}"].default == getattr(cls(), f.name)
+            spec = by_key[f"{section}.{f.name}"]
+            assert spec.default == getattr(cls(), f.name)
+            # the flag's help is the config field's help metadata (the one copy) and the default
+            action = actions[f"--mc.{section}.{f.name}"]
+            assert action.help.replace("%%", "%") == f"{f.metadata['help']} (default {spec.show_default()})"
+            assert (action.dest, action.metavar, action.nargs) == (spec.dest, spec.metavar, spec.nargs)
     text = options.format_help()
     for key in expected:
         assert options.flag(key) in text

@@ -72,6 +72,26 @@ def test_help_lists_the_seed_flags():
     assert "accelerate launch" in r.stdout
 
 
+def test_mc_flags_show_each_config_fields_help():
+    """``microcoder train``'s ``--mc.*`` flags are the OpenRLHF launcher's, built from the same records: each flag's
+    help is its config field's help metadata and the default."""
+    import dataclasses
+
+    from microcoder_ext.core.config import MaskConfig, TemperatureConfig
+
+    p = argparse.ArgumentParser()
+    ts.add_flags(p)
+    actions = {a.option_strings[0]: a for a in p._actions if a.option_strings}
+    shown = {"mask": MaskConfig(), "temperature": TemperatureConfig()}
+    for section, config in shown.items():
+        for f in dataclasses.fields(config):
+            action = actions[f"--mc.{section}.{f.name}"]
+            assert action.help.replace("%%", "%").startswith(f"{f.metadata['help']} (default "), f.name
+            assert action.default is argparse.SUPPRESS and action.dest == f"mc.{section}.{f.name}"
+    assert actions["--mc.mask.rho"].help.endswith("(default 0.2)")
+    assert actions["--mc.temperature.candidates"].help.endswith("(default 0.6 0.8 1 1.2 1.4 1.6 1.8)")
+
+
 @pytest.mark.parametrize("argv, message", [
     (["--use_conditional_mask", "maybe"], "argument --use_conditional_mask: expected True or False, got 'maybe'"),
     (["--clipping_ratio", "-1"], "argument --clipping_ratio: must be > 0"),
