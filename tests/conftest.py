@@ -22,6 +22,11 @@ pass CI's 24 GB: Ray's memory monitor then kills workers and the run fails for w
   count once per process), is sampled every second; the session ends with the tests that held the most and the time
   spent waiting for the budget. (A sample walks all of /proc, ~15-50 ms: every test at twice a second cost six lanes
   about half a core.)
+* A failed test's report ends with a section "host at failure": the load average per core (flagged "overloaded"
+  above 2 runnable tasks per core) and the memory available when it failed (tests/host_load.py), and, when a child
+  process outlived its hang guard (``subprocess.TimeoutExpired``), the command and the last lines it had written.
+  Tests wait for children with ``host_load.hang_guard`` (a bound far above any loaded run), never with a bound that
+  the suite's own load can break.
 """
 
 from __future__ import annotations
@@ -30,11 +35,19 @@ import contextlib
 import fcntl
 import json
 import os
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
 
 import pytest
+
+# support modules of this folder (host_load.py) are imported by their plain names
+if str(Path(__file__).parent) not in sys.path:
+    sys.path.insert(0, str(Path(__file__).parent))
+
+import host_load  # noqa: E402
 
 DIR_ENV = "MICROCODER_TEST_MEMORY_DIR"
 BUDGET_ENV = "MICROCODER_TEST_MEMORY_GB"
@@ -201,6 +214,31 @@ def pytest_runtest_protocol(item, nextitem):
         if _sampler is not None and sampled:
             _report.append((_sampler.take() / 2**30, item.nodeid, gb))
             _sampler.paused = True
+
+
+def _tail(text, lines: int = 40) -> str:
+    if isinstance(text, bytes):
+        text = text.decode(errors="replace")
+    return "\n".join((text or "").splitlines()[-lines:]) or "(nothing)"
+
+
+def host_at_failure(excinfo) -> str:
+    """The report section of a failed test: the host's load and memory now and, for a child that outlived its hang
+    guard, the command and the tails of what it wrote."""
+    out = [host_load.describe()]
+    error = excinfo.value if excinfo is not None else None
+    if isinstance(error, subprocess.TimeoutExpired):
+        out += [f"a child outlived its hang guard of {error.timeout:g} s: {error.cmd!r}",
+                "its stdout (last lines):", _tail(error.output), "its stderr (last lines):", _tail(error.stderr)]
+    return "\n".join(out)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    report = yield
+    if report.failed:
+        report.sections.append(("host at failure", host_at_failure(call.excinfo)))
+    return report
 
 
 def pytest_terminal_summary(terminalreporter):

@@ -9,26 +9,68 @@
 #   bash tests/run_all.sh                 # all suites
 #   SUITES=verl bash tests/run_all.sh     # one suite (verl | openrlhf | trl | verl-0.9.0 | openrlhf-0.11.0 | openrlhf-0.11.1 | trl-1.15.0)
 #   bash tests/run_all.sh -k mask -x      # extra args go to pytest
-#   TEST_JOBS=1 bash tests/run_all.sh     # one pytest process at a time (default 6; all: every lane at once)
+#   TEST_JOBS=1 bash tests/run_all.sh     # one lane or venv build at a time (default: 2 per core, at most one per
+#                                         # 3 GB of RAM: 4 on 2 cores and 24 GB; all: everything at once)
 #   TEST_MEMORY_GB=12 bash tests/run_all.sh   # the real launches' shared memory budget (default: RAM less max(7 GB, 30 %))
 #
-# A suite runs as one or more lanes, each one pytest process; up to $TEST_JOBS lanes run at once. Most of a real
+# A suite runs as one or more lanes, each one pytest process; up to $TEST_JOBS lanes and venv builds run at once
+# (a venv build, or the seconds-long check of a cached one, takes a slot as a lane does). Most of a real
 # training launch (Ray, the trainer's workers, the vLLM engine) is process start-up that leaves the CPUs partly idle,
 # so the verl suite's launches (its end-to-end file and the docs' verl examples), `make demo` and the reward's accuracy
 # file are lanes of their own beside the rest of the suite; the tests that time the host run alone at the end. The
-# launches of all lanes share one memory budget (tests/conftest.py). The venvs are built at the same time, and a
-# suite's lanes start as soon as its venv is ready (on a fresh machine the verl tests run while OpenRLHF's builds); the
-# main suites' six lanes take the six default slots first, so that OpenRLHF's, the longest and the last to have its
-# venv on a fresh machine, never waits for one; the release lanes follow. A lane's output goes to
-# $TEST_LOGS/<lane>.log (default: a temporary directory, named on start) and is printed whole when the lane ends; the
-# run fails if any lane fails or if no lane collected a test.
+# launches of all lanes share one memory budget (tests/conftest.py). A suite's lanes start as soon as its venv is
+# ready (on a fresh machine the verl tests run while OpenRLHF's venv builds), the longest lanes first (LANE_ORDER);
+# the main suites' venvs and lanes go before the release suites' (a release venv is built early only while a slot
+# stays free for each main suite whose venv is still being built). A lane's output goes to $TEST_LOGS/<lane>.log
+# (default: a temporary directory, named on start) and is printed whole when the lane ends. The load average is
+# sampled every LOAD_SAMPLE_S seconds: each lane's end and the closing summary give the peak load per core while it
+# ran, and say "overloaded" above OVERLOADED_PER_CORE. The run fails if any lane fails, if a lane collected no tests
+# (pytest exit 5, e.g. a lane's file list that names no test: a lane that runs nothing fails; a lane whose every test
+# the command line's -k/-m deselected is only reported), or if no lane ran a test.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 SUITES=${SUITES:-verl openrlhf trl verl-0.9.0 openrlhf-0.11.0 openrlhf-0.11.1 trl-1.15.0}
-# at most 6 lanes at once by default (2 cores: more only adds memory); the release lanes follow the main suites'
-TEST_JOBS=${TEST_JOBS:-6}
 . "$ROOT/compat/venv.sh"
+
+# default_jobs CORES MEM_MB -> lanes and venv builds at once: 2 per core (a real launch leaves the CPUs partly idle
+# while its processes start), at most one per 3 GB of RAM (a lane's pytest process and its children), at least 1
+default_jobs() {
+  local by_cpu=$(( $1 * 2 )) by_mem=$(( $2 / 3072 )) n
+  n=$(( by_cpu < by_mem ? by_cpu : by_mem ))
+  echo $(( n < 1 ? 1 : n ))
+}
+
+# lane_verdict RC LOG -> ran | deselected | empty | failed: what a lane's pytest exit status RC and log mean. Exit 5
+# (nothing collected) is "deselected" when the log shows that the command line's -k/-m deselected the tests the lane
+# collected, and "empty" (a failure) when the lane's files hold no test at all
+lane_verdict() {
+  case "$1" in
+    0) echo ran ;;
+    5) if grep -Eq '(^|[^0-9])[1-9][0-9]* deselected' "$2"; then echo deselected; else echo empty; fi ;;
+    *) echo failed ;;
+  esac
+}
+
+# peak_load SAMPLES FROM TO -> the highest 1-minute load average sampled between epoch seconds FROM and TO (the
+# current one if none was)
+peak_load() {
+  awk -v a="$2" -v b="$3" '$1 >= a && $1 <= b && ($2 > m || !n) {m = $2; n = 1} END {if (n) print m}' "$1" 2>/dev/null \
+    | grep . || cut -d' ' -f1 /proc/loadavg
+}
+
+# load_note LOAD CORES -> "peak load 12.4 on 2 cores (6.2 per core, overloaded)"
+load_note() {
+  awk -v l="$1" -v c="$2" -v o="$OVERLOADED_PER_CORE" \
+    'BEGIN {printf "peak load %.1f on %d cores (%.1f per core%s)", l, c, l / c, (l / c > o ? ", overloaded" : "")}'
+}
+
+CORES=$(nproc)
+TOTAL_MB=$(awk '/^MemTotal:/ {print int($2 / 1024)}' /proc/meminfo)
+TEST_JOBS=${TEST_JOBS:-$(default_jobs "$CORES" "$TOTAL_MB")}
+LOAD_SAMPLE_S=${LOAD_SAMPLE_S:-5}
+# more runnable tasks per core than this and a lane's processes wait for a CPU most of the time
+OVERLOADED_PER_CORE=2
 
 case "$TEST_JOBS" in all) ;; ''|*[!0-9]*|0) echo "run_all: TEST_JOBS must be an integer >= 1 or all, got '$TEST_JOBS'" >&2
   exit 2 ;; esac
@@ -52,7 +94,11 @@ VERL_RELEASE_LANE="tests/core/test_compat.py tests/verl/test_install.py tests/ve
 OPENRLHF_RELEASE_LANE="tests/core/test_compat.py tests/openrlhf/test_guard.py tests/openrlhf/test_launcher.py tests/openrlhf/test_openrlhf_recipes.py tests/openrlhf/test_advantage_mask.py tests/openrlhf/test_trainer_mask.py tests/openrlhf/test_doctor_openrlhf.py tests/openrlhf/test_smoke_e2e.py::test_mask_zeroes_eligible_advantages_in_the_real_loss tests/openrlhf/test_smoke_e2e.py::test_staged_temperature_switches_sampler_and_logprobs"
 TRL_RELEASE_LANE="tests/core/test_compat.py tests/trl/test_trl_guard.py tests/trl/test_trl_trainer.py tests/trl/test_cpu_logprob.py tests/trl/test_smoke_trl.py tests/trl/test_trl_config.py tests/trl/test_doctor_trl.py"
 
-# lanes_of SUITE -> the suite's lane names, launch-heavy first
+# the order in which the main suites' lanes take free slots: the longest first (a cached run: the rest of verl 43 min,
+# OpenRLHF 38, verl's launches 38, the reward's accuracy 30, TRL 14, `make demo` 13)
+LANE_ORDER="verl openrlhf verl-launches verl-accuracy trl verl-demo"
+
+# lanes_of SUITE -> the suite's lane names
 lanes_of() {
   case "$1" in
     verl) echo "verl-launches verl-demo verl-accuracy verl verl-host" ;;
@@ -92,50 +138,17 @@ describe() {  # SUITE PYTHON -> one line naming the framework release the suite 
   esac
 }
 
-LOGS=${TEST_LOGS:-$(mktemp -d "${TMPDIR:-/tmp}/microcoder-tests.XXXXXX")}
-mkdir -p "$LOGS"
-# The memory budget of the real launches (tests marked memory(gb), tests/conftest.py): each real training launch
-# holds several GB (verl's main_ppo ~8, OpenRLHF's train_ppo_ray ~5), so the lanes' launches wait for a share of this
-# budget instead of running out of memory together. Default: the machine's RAM less max(7 GB, 30 %) for everything
-# else (pytest processes, sandboxed programs): 16 GB of CI's 24 GB, two verl launches at once; a test that starts
-# only Ray (marked slow) takes 2 GB of it. A run started by a test shares its parent's budget.
-if [ -z "${MICROCODER_TEST_MEMORY_DIR:-}" ]; then
-  export MICROCODER_TEST_MEMORY_DIR="$LOGS/memory-budget"
-  mkdir -p "$MICROCODER_TEST_MEMORY_DIR"
-  total_mb=$(awk '/^MemTotal:/ {print int($2 / 1024)}' /proc/meminfo)
-  rest_mb=$(( total_mb * 30 / 100 > 7168 ? total_mb * 30 / 100 : 7168 ))
-  export MICROCODER_TEST_MEMORY_GB=${TEST_MEMORY_GB:-$(( (total_mb - rest_mb) / 1024 ))}
-fi
-unset TEST_LOGS  # a run_all.sh that a test starts (tests/docs) gets a directory of its own
-start=$SECONDS
-status=0
-collected=0
-
-lanes=() solo=()
-for suite in $SUITES; do
-  lanes_of "$suite" >/dev/null || exit 2
-  for lane in $(lanes_of "$suite"); do
-    case " $SOLO_LANES " in *" $lane "*) solo+=("$suite:$lane") ;; *) lanes+=("$suite:$lane") ;; esac
-  done
-done
-
-if [ "$TEST_JOBS" = all ]; then TEST_JOBS=${#lanes[@]}; fi
-declare -A PY=() READY=() BUILD_OF_PID=() LANE_OF_PID=() LANE_T0=()
-
-# 1. the venvs, one per suite, built at once (a fresh machine); a suite's lanes start as soon as its venv is ready
-for suite in $SUITES; do
-  ( py=$(ensure_venv "$suite") && echo "$py" >"$LOGS/$suite.python" ) 2>"$LOGS/$suite.venv.log" &
-  BUILD_OF_PID[$!]=$suite
-done
-BUILD_T0=$SECONDS
-log "${#lanes[@]} lane(s), up to $TEST_JOBS at once, then ${#solo[@]} alone; live logs in $LOGS/<lane>.log; real launches share ${MICROCODER_TEST_MEMORY_GB} GB"
+start_build() {  # SUITE: check or build its venv, in the background
+  ( py=$(ensure_venv "$1") && echo "$py" >"$LOGS/$1.python" ) 2>"$LOGS/$1.venv.log" &
+  BUILD_OF_PID[$!]=$1; BUILD_T0[$1]=$SECONDS
+}
 
 built() {  # PID RC: a venv build ended
   local suite=${BUILD_OF_PID[$1]}
   unset "BUILD_OF_PID[$1]"
   if [ "$2" -eq 0 ] && [ -s "$LOGS/$suite.python" ]; then
     PY[$suite]=$(cat "$LOGS/$suite.python"); READY[$suite]=1
-    log "suite $suite: $(describe "$suite" "${PY[$suite]}") in $(dirname "$(dirname "${PY[$suite]}")") ($((SECONDS - start)) s)"
+    log "suite $suite: $(describe "$suite" "${PY[$suite]}") in $(dirname "$(dirname "${PY[$suite]}")") ($((SECONDS - BUILD_T0[$suite])) s, at $((SECONDS - start)) s)"
   else
     READY[$suite]=0; status=1
     cat "$LOGS/$suite.venv.log" >&2
@@ -144,15 +157,21 @@ built() {  # PID RC: a venv build ended
 }
 
 finish() {  # PID RC: print a finished lane's log and fold its exit code into the run's
-  local lane=${LANE_OF_PID[$1]}
+  local lane=${LANE_OF_PID[$1]} rc=$2 verdict note
   unset "LANE_OF_PID[$1]"
-  log "lane $lane: exit $2 after $((SECONDS - LANE_T0[$lane])) s (log $LOGS/$lane.log)"
+  note=$(load_note "$(peak_load "$LOAD_SAMPLES" "${LANE_T0[$lane]}" "$SECONDS")" "$CORES")
+  log "lane $lane: exit $rc after $((SECONDS - LANE_T0[$lane])) s, $note (log $LOGS/$lane.log)"
   cat "$LOGS/$lane.log"
-  case "$2" in
-    0) collected=1 ;;
-    5) echo "run_all: lane $lane collected no tests" >&2 ;;  # fine for one lane under -k, not for the whole run
+  verdict=$(lane_verdict "$rc" "$LOGS/$lane.log")
+  case "$verdict" in
+    ran) collected=1 ;;
+    deselected) echo "run_all: lane $lane: the command line's selection deselected every test it collected" >&2 ;;
+    empty) status=1
+      echo "run_all: lane $lane FAILED: it collected no tests (pytest exit 5; its files: $(lane_files "$lane")):" \
+           "a lane that runs nothing fails" >&2 ;;
     *) status=1 ;;
   esac
+  SUMMARY+=("$(printf '%-16s exit %s (%s) after %5d s, %s' "$lane" "$rc" "$verdict" "$((SECONDS - LANE_T0[$lane]))" "$note")")
 }
 
 start_lane() {  # SUITE LANE [PYTEST ARGS...]: in the background
@@ -185,24 +204,89 @@ wait_any() {  # [TIMEOUT]: the next venv build or lane to end (or nothing after 
   done
 }
 
-# 2. the lanes, up to TEST_JOBS at once, then the solo lanes one by one. Lanes start in their order (the longest
-# first); a later lane takes a free slot ahead of an earlier one only while the earlier one's venv is being built
-# (a check of a cached venv takes seconds; a build, minutes)
-pending=("${lanes[@]}")
+is_release() { case "$1" in *-[0-9]*) return 0 ;; esac; return 1; }  # SUITE: verl-0.9.0, ...
+
+# sourced (tests/core/test_run_all.py): the functions above, nothing run
+if (return 0 2>/dev/null); then return 0; fi
+
+LOGS=${TEST_LOGS:-$(mktemp -d "${TMPDIR:-/tmp}/microcoder-tests.XXXXXX")}
+mkdir -p "$LOGS"
+# The memory budget of the real launches (tests marked memory(gb), tests/conftest.py): each real training launch
+# holds several GB (verl's main_ppo ~8, OpenRLHF's train_ppo_ray ~5), so the lanes' launches wait for a share of this
+# budget instead of running out of memory together. Default: the machine's RAM less max(7 GB, 30 %) for everything
+# else (pytest processes, sandboxed programs): 16 GB of CI's 24 GB, two verl launches at once; a test that starts
+# only Ray (marked slow) takes 2 GB of it. A run started by a test shares its parent's budget.
+if [ -z "${MICROCODER_TEST_MEMORY_DIR:-}" ]; then
+  export MICROCODER_TEST_MEMORY_DIR="$LOGS/memory-budget"
+  mkdir -p "$MICROCODER_TEST_MEMORY_DIR"
+  rest_mb=$(( TOTAL_MB * 30 / 100 > 7168 ? TOTAL_MB * 30 / 100 : 7168 ))
+  export MICROCODER_TEST_MEMORY_GB=${TEST_MEMORY_GB:-$(( (TOTAL_MB - rest_mb) / 1024 ))}
+fi
+unset TEST_LOGS  # a run_all.sh that a test starts (tests/docs) gets a directory of its own
+start=$SECONDS
+status=0
+collected=0
+
+lanes=() solo=()
+for suite in $SUITES; do
+  lanes_of "$suite" >/dev/null || exit 2
+  for lane in $(lanes_of "$suite"); do
+    case " $SOLO_LANES " in *" $lane "*) solo+=("$suite:$lane") ;; *) lanes+=("$suite:$lane") ;; esac
+  done
+done
+
+if [ "$TEST_JOBS" = all ]; then TEST_JOBS=$(( ${#lanes[@]} + $(wc -w <<<"$SUITES") )); fi
+declare -A PY=() READY=() BUILD_OF_PID=() BUILD_T0=() LANE_OF_PID=() LANE_T0=()
+SUMMARY=()
+
+# the load average, every LOAD_SAMPLE_S seconds ("SECONDS LOAD1" lines), for the lanes' and the run's peak load
+LOAD_SAMPLES="$LOGS/load.samples"
+( while :; do echo "$SECONDS $(cut -d' ' -f1 /proc/loadavg)"; sleep "$LOAD_SAMPLE_S"; done ) >>"$LOAD_SAMPLES" &
+SAMPLER=$!
+trap 'kill "$SAMPLER" 2>/dev/null || true' EXIT
+log "${#lanes[@]} lane(s) and $(wc -w <<<"$SUITES") venv(s), up to $TEST_JOBS at once ($CORES cores, $((TOTAL_MB / 1024)) GB), then ${#solo[@]} lane(s) alone; live logs in $LOGS/<lane>.log; real launches share ${MICROCODER_TEST_MEMORY_GB} GB"
+
+
+# 1.-2. the venvs and the lanes, up to TEST_JOBS at once (a venv check or build takes a slot as a lane does), then the
+# solo lanes one by one. In order: the main suites' venvs, their lanes (LANE_ORDER: the longest first), the release
+# suites' venvs, their lanes. A lane takes a free slot ahead of an earlier one only while the earlier one's venv is
+# being built (a check of a cached venv takes seconds; a build, minutes); a release lane starts only once every main
+# lane has; a release venv is built only while no main lane with its venv ready waits for a slot and a slot stays free
+# for each main suite whose venv is not ready yet (on a fresh machine a release venv can be built while the main ones
+# are, but must not take the slot of a main lane)
+pending=()
+for suite in $SUITES; do is_release "$suite" || pending+=("venv:$suite"); done
+for lane in $LANE_ORDER; do
+  for entry in "${lanes[@]}"; do if [ "${entry#*:}" = "$lane" ]; then pending+=("$entry"); fi; done
+done
+for entry in "${lanes[@]}"; do  # a main lane LANE_ORDER does not name: after those it names
+  case " $LANE_ORDER " in *" ${entry#*:} "*) ;; *) if ! is_release "${entry%%:*}"; then pending+=("$entry"); fi ;; esac
+done
+for suite in $SUITES; do if is_release "$suite"; then pending+=("venv:$suite"); fi; done
+for entry in "${lanes[@]}"; do if is_release "${entry%%:*}"; then pending+=("$entry"); fi; done
 while [ "${#pending[@]}" -gt 0 ] || [ "${#LANE_OF_PID[@]}" -gt 0 ] || [ "${#BUILD_OF_PID[@]}" -gt 0 ]; do
-  rest=() held=0 main_waiting=0
+  rest=() held=0 main_waiting=0 main_ready_waiting=0 main_unready=0
+  for suite in $SUITES; do
+    if ! is_release "$suite" && [ -z "${READY[$suite]:-}" ]; then main_unready=$((main_unready + 1)); fi
+  done
   for entry in "${pending[@]}"; do
-    suite=${entry%%:*}
-    # a release lane (verl-0.9.0, ...) starts only once every main suite's lane has (the main lanes come first):
-    # on a fresh machine a release venv can be ready before the main ones, and its lane must not take their slot
-    main=1
-    case "$suite" in *-[0-9]*) main=0; if [ "$main_waiting" -eq 1 ]; then rest+=("$entry"); continue; fi ;; esac
+    suite=${entry#venv:}; suite=${suite%%:*}
+    release=0 free=$(( TEST_JOBS - ${#LANE_OF_PID[@]} - ${#BUILD_OF_PID[@]} ))
+    if is_release "$suite"; then release=1; fi
+    case "$entry" in
+      venv:*)
+        if [ "$free" -gt $(( release * main_unready )) ] && [ $(( release * main_ready_waiting )) -eq 0 ]; then
+          start_build "$suite"
+        else rest+=("$entry"); fi
+        continue ;;
+    esac
+    if [ "$release" -eq 1 ] && [ "$main_waiting" -eq 1 ]; then rest+=("$entry"); continue; fi
     case "${READY[$suite]:-}" in
-      1) if [ "${#LANE_OF_PID[@]}" -lt "$TEST_JOBS" ] && [ "$held" -eq 0 ]; then start_lane "$suite" "${entry#*:}" "$@"
-         else rest+=("$entry"); main_waiting=$((main_waiting | main)); fi ;;
+      1) if [ "$free" -gt 0 ] && [ "$held" -eq 0 ]; then start_lane "$suite" "${entry#*:}" "$@"
+         else rest+=("$entry"); main_waiting=$((main_waiting | !release)); main_ready_waiting=$((main_ready_waiting | !release)); fi ;;
       0) ;;  # its venv failed: reported above
-      *) rest+=("$entry"); main_waiting=$((main_waiting | main))
-         if [ $((SECONDS - BUILD_T0)) -lt 60 ]; then held=1; fi ;;
+      *) rest+=("$entry"); main_waiting=$((main_waiting | !release))
+         if [ -n "${BUILD_T0[$suite]:-}" ] && [ $((SECONDS - BUILD_T0[$suite])) -lt 60 ]; then held=1; fi ;;
     esac
   done
   pending=("${rest[@]}")
@@ -213,6 +297,7 @@ for entry in "${solo[@]}"; do
   if [ "${READY[${entry%%:*}]:-}" = 1 ]; then start_lane "${entry%%:*}" "${entry#*:}" "$@"; wait_any; fi
 done
 
-if [ "$collected" -eq 0 ]; then echo "run_all: pytest collected no tests in any lane: failing" >&2; status=1; fi
-log "run_all: exit $status after $((SECONDS - start)) s"
+if [ "$collected" -eq 0 ]; then echo "run_all: no lane ran a test: failing" >&2; status=1; fi
+log "run_all: exit $status after $((SECONDS - start)) s, $(load_note "$(peak_load "$LOAD_SAMPLES" 0 "$SECONDS")" "$CORES"); lanes:
+$(printf '  %s\n' "${SUMMARY[@]}")"
 exit $status

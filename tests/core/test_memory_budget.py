@@ -85,7 +85,8 @@ def test_tree_rss_counts_the_children(tmp_path):
 
 def test_what_each_kind_of_test_reserves(tmp_path):
     """Through pytest itself: a ``memory(gb)`` test holds gb, a ``slow`` one (it starts Ray) SLOW_GB, others nothing."""
-    (tmp_path / "conftest.py").write_text((Path(__file__).parents[1] / "conftest.py").read_text())
+    for name in ("conftest.py", "host_load.py"):  # the conftest and the support module it imports
+        (tmp_path / name).write_text((Path(__file__).parents[1] / name).read_text())
     (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    slow: x\n    memory(gb): x\n")
     (tmp_path / "test_shares.py").write_text(
         "import json, os, pytest\n"
