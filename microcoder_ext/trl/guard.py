@@ -9,19 +9,15 @@ was expected and what was found. The trainer calls it in ``__init__`` before tou
 
 ``MICROCODER_ALLOW_UNSUPPORTED=1`` lets another *version* through (with a warning), never a changed internal.
 
-:func:`refuse_plain_trainers` makes a ``GRPOConfig`` from a preset that needs our trainer
-(:func:`microcoder_ext.trl.config.microcoder_grpo_config` with ``microcoder`` or ``mask_only``) stop any other
-``GRPOTrainer`` at construction, before it loads a model: such a trainer would train without the conditional mask and
-the temperature controller and say nothing.
+Nothing here changes TRL: the trainer subclass overrides methods of its own class, and no TRL class or module is
+modified for other code in the process.
 """
 
 from __future__ import annotations
 
-import functools
 import inspect
 
 from microcoder_ext.compat import UnsupportedVersionError
-from microcoder_ext.core.config import ConfigError
 from microcoder_ext.internals import (
     Check,
     fields,
@@ -36,11 +32,6 @@ from microcoder_ext.internals import (
 
 class TRLInternalsError(UnsupportedVersionError):
     """A TRL internal the adapter relies on is missing or has changed."""
-
-
-class PlainTrainerError(ConfigError):
-    """A ``GRPOConfig`` whose preset needs :class:`~microcoder_ext.trl.trainer.MicrocoderGRPOTrainer` was given to
-    another trainer."""
 
 
 def _fused_head_closure() -> Check:
@@ -69,11 +60,7 @@ def _config_fields(names: tuple[str, ...]) -> Check:
 
 _T = "trl.trainer.grpo_trainer:GRPOTrainer"
 
-#: the attribute a preset's GRPOConfig carries (the preset's name); the trainer class attribute that accepts it
-PRESET_ATTR = "_microcoder_preset"
-APPLIES_ATTR = "_microcoder_applies_presets"
-
-#: what :func:`refuse_plain_trainers` wraps: GRPOTrainer.__init__ takes the GRPOConfig as ``args``
+#: the trainer reads the preset of the GRPOConfig given to GRPOTrainer.__init__ as ``args``
 INIT_TAKES_ARGS = _params_include(f"{_T}.__init__", ["self", "model", "reward_funcs", "args"])
 
 #: the keys of the dict ``_generate_and_score_completions`` returns that the trainer reads or writes
@@ -129,41 +116,6 @@ CHECKS: tuple[Check, ...] = (
     _source_has("trl.generation.vllm_generation:VLLMGeneration.generate", ("temperature = self.temperature",),
                 "reads its sampling temperature from self.temperature at every call"),
 )
-
-
-def refuse_plain_trainers() -> None:
-    """Wrap ``trl.GRPOTrainer.__init__`` (once) so that a trainer class without :data:`APPLIES_ATTR` refuses a
-    ``GRPOConfig`` marked with :data:`PRESET_ATTR`, naming the trainer to use. Every other call goes through
-    unchanged. Raises :class:`TRLInternalsError` if ``GRPOTrainer.__init__`` no longer takes ``args``."""
-    from trl.trainer.grpo_trainer import GRPOTrainer
-
-    init = GRPOTrainer.__init__
-    if getattr(init, "_microcoder_wrapped", False):
-        return
-    bad = _problems((INIT_TAKES_ARGS,))
-    if bad:
-        raise TRLInternalsError("cannot guard GRPOTrainer against microcoder presets: " + "; ".join(bad))
-    signature = inspect.signature(init)
-
-    @functools.wraps(init)
-    def __init__(self, *args, **kwargs):
-        try:
-            config = signature.bind_partial(self, *args, **kwargs).arguments.get("args")
-        except TypeError:  # GRPOTrainer's own error follows
-            config = None
-        preset = getattr(config, PRESET_ATTR, None)
-        if preset is not None and not getattr(type(self), APPLIES_ATTR, False):
-            cls = f"{type(self).__module__}.{type(self).__qualname__}"
-            raise PlainTrainerError(
-                f"this GRPOConfig is microcoder_grpo_config({preset!r}), which needs "
-                f"microcoder_ext.trl.trainer.MicrocoderGRPOTrainer; {cls} would train without the conditional "
-                "truncation mask and the temperature controller. Pass it to MicrocoderGRPOTrainer(..., args=...) "
-                "(a subclass of GRPOTrainer: subclass it for your own trainer), or build the same GRPOConfig "
-                "without them with microcoder_grpo_config('dapo_baseline') (or preset_settings())")
-        init(self, *args, **kwargs)
-
-    __init__._microcoder_wrapped = True
-    GRPOTrainer.__init__ = __init__
 
 
 def problems(checks: tuple[Check, ...] = CHECKS) -> list[str]:

@@ -42,6 +42,7 @@ Advantages logged by TRL's completions table are the ones before the mask.
 
 from __future__ import annotations
 
+import inspect
 import json
 import logging
 import math
@@ -58,6 +59,7 @@ from microcoder_ext.core.masking import compute_truncation_mask, response_tails
 from microcoder_ext.core.temperature import TemperatureController
 from microcoder_ext.core.verdict_policy import resolve_verdicts
 from microcoder_ext.trl import cpu_logprob, guard
+from microcoder_ext.trl.config import preset_temperature_control
 from microcoder_ext.trl.reward import CodeReward
 
 logger = logging.getLogger("microcoder_ext.trl")
@@ -93,6 +95,15 @@ def fused_temperature_cell(model: Any):
     return func.__closure__[code.co_freevars.index("temperature")]
 
 
+def _grpo_config(trainer: Any, args: tuple, kwargs: dict) -> Any:
+    """The GRPOConfig passed to ``GRPOTrainer.__init__`` as ``args`` (by keyword or position), or None."""
+    try:
+        bound = inspect.signature(GRPOTrainer.__init__).bind_partial(trainer, *args, **kwargs)
+    except TypeError:  # GRPOTrainer's own error follows
+        return None
+    return bound.arguments.get("args")
+
+
 class MicrocoderGRPOTrainer(GRPOTrainer):
     """TRL's ``GRPOTrainer`` + the conditional truncation mask + the temperature controller (module doc).
 
@@ -101,19 +112,19 @@ class MicrocoderGRPOTrainer(GRPOTrainer):
         microcoder: a :class:`~microcoder_ext.core.config.MicrocoderConfig`, a mapping of the ``microcoder:`` keys
             (``{"mask": {...}, "temperature": {...}}``, validated by ``parse_config``) or None (the paper defaults).
             The mask runs when ``microcoder.mask.enable`` (default true).
-        temperature_control: the controller (``microcoder.temperature``) sets the sampling and log-prob temperature
-            (default True); False keeps TRL's ``args.temperature``.
+        temperature_control: the controller (``microcoder.temperature``) sets the sampling and log-prob temperature;
+            False keeps TRL's ``args.temperature``. Default (None): the switch of the preset of a
+            :func:`~microcoder_ext.trl.config.microcoder_grpo_config` config (False for ``mask_only``), else True.
 
     The mask reads verdicts from a :class:`~microcoder_ext.trl.reward.CodeReward` among ``reward_funcs`` (the first
     one); without one it follows ``microcoder.mask.missing_verdict``.
     """
 
-    #: a preset GRPOConfig that needs this trainer is accepted here (any other GRPOTrainer refuses it: guard)
-    _microcoder_applies_presets = True
-
-    def __init__(self, *args: Any, microcoder: Any = None, temperature_control: bool = True, **kwargs: Any):
+    def __init__(self, *args: Any, microcoder: Any = None, temperature_control: bool | None = None, **kwargs: Any):
         guard.check_trl()
         cfg = as_microcoder_config(microcoder)
+        if temperature_control is None:
+            temperature_control = preset_temperature_control(_grpo_config(self, args, kwargs))
         if not isinstance(temperature_control, bool):
             raise ConfigError(f"temperature_control must be True/False, got {temperature_control!r}")
         tcfg = cfg.temperature
