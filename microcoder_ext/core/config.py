@@ -142,8 +142,8 @@ class TemperatureConfig:
     max_temperature: float = _field(1.8, "auto: never above this temperature")
     smoothing: float = _field(0.9, "EMA decay of the step diversity (0 = none)")
     n: int = _field(4, "n-gram order of the diversity metrics")
-    metric: str = _field("distinct", "diversity metric the controller uses: distinct (distinct-n per response), "
-                                     "group_pooled or pairwise")
+    metric: str = _field("distinct", "diversity metric the controller uses (all three are logged): distinct "
+                                     "(distinct-n per response), group_pooled or pairwise")
     probe_prompts: int = _field(64, "`microcoder temperature probe`: prompts of the probe set")
     probe_samples: int = _field(8, "`microcoder temperature probe`: responses per prompt and temperature")
     min_stage_steps: int = _field(MIN_STAGE_STEPS, "shortest stage (and auto min_interval) accepted, in steps; only "

@@ -20,6 +20,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from host_load import hang_guard
 
 pytestmark = pytest.mark.verl
 
@@ -247,7 +248,7 @@ def real_cli(tmp_path_factory) -> dict[str, subprocess.CompletedProcess]:
     results = {}
     try:
         for key, proc in procs.items():
-            out, err = proc.communicate(timeout=180)
+            out, err = proc.communicate(timeout=hang_guard(180))
             results[key] = subprocess.CompletedProcess(commands[key], proc.returncode, out, err)
     finally:
         for proc in procs.values():
@@ -269,6 +270,27 @@ def test_recipe_files_are_global_and_listed():
         # without it Hydra nests the recipe under `recipe:` and nothing is overridden
         assert text.splitlines()[0] == "# @package _global_", name
         assert available_recipes()[name], f"{name}: no summary comment"
+
+
+@pytest.mark.parametrize("name", ["microcoder", "microcoder_mask_only"])
+def test_microcoder_section_keeps_no_copy_of_the_keys_help(name):
+    """Each ``microcoder.*`` key is documented once, in its config field's help (docs/configuration.md shows it): the
+    recipe's ``microcoder:`` section has no per-key comments, and the comment before it points to that page."""
+    lines = (RECIPE_DIR / f"{name}.yaml").read_text().splitlines()
+    start = lines.index("microcoder:")
+    section = []
+    for line in lines[start + 1:]:
+        if line.strip() and not line.startswith(" "):
+            break
+        section.append(line)
+    assert any(line.strip().startswith(("mask:", "rho:")) for line in section), section
+    assert not [line for line in section if re.match(r"^ {4,}#", line)]
+    header = []
+    for line in reversed(lines[:start]):
+        if not line.startswith("#"):
+            break
+        header.append(line)
+    assert "docs/configuration.md" in "\n".join(header), header
 
 
 #: the Hydra callback of the recipes that claim MicroCoder-GRPO (microcoder_ext.verl.launch_guard): in Hydra's own
@@ -478,7 +500,7 @@ def test_wheel_install_exposes_the_plugin(tmp_path):
         [*pip, "wheel", "--no-deps", "--no-build-isolation", "-w", tmp_path / "dist", src],
         check=True,
         capture_output=True,
-        timeout=120,
+        timeout=hang_guard(120),
     )
     (wheel,) = (tmp_path / "dist").glob("microcoder_ext-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
@@ -487,7 +509,7 @@ def test_wheel_install_exposes_the_plugin(tmp_path):
     assert {f"microcoder_ext/configs/recipe/{n}.yaml" for n in RECIPES} <= names
     target = tmp_path / "target"
     subprocess.run(
-        [*pip, "install", "--no-deps", "--target", target, wheel], check=True, capture_output=True, timeout=120
+        [*pip, "install", "--no-deps", "--target", target, wheel], check=True, capture_output=True, timeout=hang_guard(120)
     )
 
     # python -S: no .pth files, so the editable install of the repo is invisible; site-packages only for verl
@@ -508,7 +530,7 @@ runpy.run_module("verl.trainer.main_ppo", run_name="__main__", alter_sys=True)
 """
     env = {**cli_env(), "PYTHONPATH": os.pathsep.join([str(target), sysconfig.get_paths()["purelib"]])}
     result = subprocess.run(
-        [sys.executable, "-S", "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180
+        [sys.executable, "-S", "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=hang_guard(180)
     )
     assert result.returncode == 0, result.stderr[-3000:]
     out = result.stdout
@@ -595,7 +617,7 @@ def test_recipe_cli_imports_no_framework():
         "heavy = sorted(m for m in sys.modules if m.split('.')[0] in {'verl', 'hydra', 'omegaconf', 'torch', 'ray'})\n"
         "print(heavy)\n"
     )
-    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True)
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=hang_guard(60), check=True)
     assert result.stdout.strip() == "[]"
 
 
