@@ -1,11 +1,16 @@
 """The shell examples of the documentation (``docs/**/*.md``, ``README.md`` and ``CONTRIBUTING.md``) as data, and a runner for them.
 
-Every fenced block in a shell language (``bash``, ``sh``, ``shell``, ``console``, ``zsh``) starts with marker lines:
+Every fenced block in a shell language (``bash``, ``sh``, ``shell``, ``console``, ``zsh``) comes right after marker
+lines, HTML comments that the rendered page does not show and that a reader copying the block does not copy:
 
-* ``# tested-by: tests/<path>.py::<test_name>`` (one or more): the named test runs the block's commands; its source
-  contains each command (checked by ``tests/docs/test_docs.py``), and where the block shows output (``console``
-  blocks: ``$ command`` lines followed by what it prints) the test compares that output with the real one;
-* ``# gpu-only`` (optionally ``# gpu-only: why``): the commands need GPUs; the CPU test suite does not run them.
+* ``<!-- tested-by: tests/<path>.py::<test_name> -->`` (one or more): the named test runs the block's commands; its
+  source contains each command (checked by ``tests/docs/test_docs.py``), and where the block shows output
+  (``console`` blocks: ``$ command`` lines followed by what it prints) the test compares that output with the real one;
+* ``<!-- gpu-only -->`` (optionally ``<!-- gpu-only: why -->``): the commands need GPUs; the CPU test suite does not
+  run them.
+
+The marker lines sit directly above the opening fence, one per line. A marker written inside the block (a
+``# tested-by:`` or ``# gpu-only`` line) is not one: :attr:`Block.inline_markers` lists it, and the test fails.
 
 Commands: in a ``console`` block the ``$ `` lines (with their ``\\`` continuation lines), in the other shell blocks
 every line that is not a comment (a trailing ``  # comment`` is not part of the command). Shown output: the lines
@@ -26,8 +31,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 SHELL_LANGS = ("bash", "sh", "shell", "console", "zsh")
-TESTED_BY = re.compile(r"^# tested-by: (tests/[\w/.-]+\.py)::(\w+)\s*$")
-GPU_ONLY = re.compile(r"^# gpu-only(: .+)?$")
+TESTED_BY = re.compile(r"^\s*<!-- tested-by: (tests/[\w/.-]+\.py)::(\w+) -->\s*$")
+GPU_ONLY = re.compile(r"^\s*<!-- gpu-only(: .+)? -->\s*$")
+#: a marker written inside a block, where readers see and copy it
+INLINE_MARKER = re.compile(r"^\s*# (tested-by:|gpu-only\b)")
 FENCE = re.compile(r"^(\s*)(`{3,})\s*([\w+-]*)")
 
 
@@ -43,23 +50,17 @@ class Block:
     lines: list[str]
     tested_by: list[tuple[str, str]] = field(default_factory=list)
     gpu_only: bool = False
+    inline_markers: list[str] = field(default_factory=list)  #: marker lines inside the block (not markers: an error)
 
     @property
     def where(self) -> str:
-        return f"{self.path.relative_to(ROOT)}:{self.line}"
-
-    @property
-    def body(self) -> list[str]:
-        """The lines after the markers."""
-        i = 0
-        while i < len(self.lines) and (TESTED_BY.match(self.lines[i]) or GPU_ONLY.match(self.lines[i])):
-            i += 1
-        return self.lines[i:]
+        path = self.path.relative_to(ROOT) if self.path.is_relative_to(ROOT) else self.path
+        return f"{path}:{self.line}"
 
     def steps(self) -> list[tuple[str, list[str]]]:
         """``[(command, shown output lines), ...]`` in block order."""
         out: list[tuple[str, list[str]]] = []
-        lines = self.body
+        lines = self.lines
         i = 0
         if self.lang == "console":
             while i < len(lines):
@@ -126,15 +127,16 @@ def parse(path: Path) -> list[Block]:
             body.append(lines[i][len(indent):] if lines[i].startswith(indent) else lines[i].lstrip())
             i += 1
         i += 1
-        block = Block(path, start + 1, lang, body)
-        for line in body:
+        block = Block(path, start + 1, lang, body, inline_markers=[l for l in body if INLINE_MARKER.match(l)])
+        above = start - 1
+        while above >= 0 and (TESTED_BY.match(lines[above]) or GPU_ONLY.match(lines[above])):
+            above -= 1
+        for line in lines[above + 1:start]:
             t = TESTED_BY.match(line)
             if t:
                 block.tested_by.append((t.group(1), t.group(2)))
-            elif GPU_ONLY.match(line):
-                block.gpu_only = True
             else:
-                break
+                block.gpu_only = True
         blocks.append(block)
     return blocks
 

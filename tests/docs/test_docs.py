@@ -2,8 +2,9 @@
 
 * ``mkdocs build --strict`` of ``mkdocs.yml`` succeeds: no broken link or anchor, no page outside the nav, every API
   object of the reference found, the generated configuration reference built from the code (docs/hooks/reference.py);
-* every shell example in ``docs/**/*.md`` and ``README.md`` is marked ``# tested-by: tests/...::test_name`` or
-  ``# gpu-only`` (tests/docs/docblocks.py); a named test exists and a string in its source contains each of the
+* every shell example in ``docs/**/*.md``, ``README.md`` and ``CONTRIBUTING.md`` comes right after a marker, an HTML
+  comment readers do not see, ``<!-- tested-by: tests/...::test_name -->`` or ``<!-- gpu-only: why -->``
+  (tests/docs/docblocks.py), and holds no marker line itself; a named test exists and a string in its source contains each of the
   block's commands, so the test really runs them (the tests in tests/docs run the block itself and compare the output it shows);
 * ``make test`` is the test runner (tests/run_all.sh), which runs these tests in every suite.
 """
@@ -20,11 +21,13 @@ from pathlib import Path
 
 import docblocks
 from docblocks import ROOT
+from host_load import hang_guard
 
 
-def test_every_shell_example_is_tested_or_gpu_only():
+def _marker_problems(blocks: list[docblocks.Block]) -> list[str]:
+    """What is wrong with the markers of ``blocks``: one line per problem."""
     problems = []
-    for block in docblocks.all_blocks():
+    for block in blocks:
         if block.lang not in docblocks.SHELL_LANGS:
             prompts = [line for line in block.lines if line.startswith("$ ")]
             if prompts:
@@ -32,11 +35,20 @@ def test_every_shell_example_is_tested_or_gpu_only():
                                 f"({prompts[0]!r}): make it a ```console block with a marker")
             continue
         if not block.tested_by and not block.gpu_only:
-            problems.append(f"{block.where}: shell example without '# tested-by: tests/...::test' or '# gpu-only'")
+            problems.append(f"{block.where}: shell example without '<!-- tested-by: tests/...::test -->' or "
+                            f"'<!-- gpu-only: why -->' on the line(s) above its fence")
+        if block.inline_markers:
+            problems.append(f"{block.where}: a marker inside the block, where readers copy it "
+                            f"({block.inline_markers[0]!r}): move it into an HTML comment above the fence")
         if block.tested_by and block.gpu_only:
             problems.append(f"{block.where}: both tested-by and gpu-only")
         if not block.commands:
             problems.append(f"{block.where}: a shell block without a command")
+    return problems
+
+
+def test_every_shell_example_is_tested_or_gpu_only():
+    problems = _marker_problems(docblocks.all_blocks())
     assert not problems, "\n".join(problems)
 
 
@@ -79,15 +91,22 @@ def test_named_tests_exist_and_run_the_commands():
 def test_marker_checker_catches_unmarked_and_hidden_examples(tmp_path):
     page = tmp_path / "p.md"
     page.write_text("```bash\nmicrocoder --help\n```\n\n```text\n$ microcoder --help\n```\n\n"
-                    "```console\n# gpu-only\n$ microcoder train --use_vllm\n...\n```\n\n"
-                    "```bash\n# tested-by: tests/x.py::test_y\nmake demo   # runs it\n"
-                    "SMOKE=1 bash a.sh \\\n    --flag 'a # b'\n```\n")
+                    "<!-- gpu-only: needs GPUs -->\n```console\n$ microcoder train --use_vllm\n...\n```\n\n"
+                    "<!-- tested-by: tests/x.py::test_y -->\n<!-- tested-by: tests/x.py::test_z -->\n"
+                    "```bash\nmake demo   # runs it\nSMOKE=1 bash a.sh \\\n    --flag 'a # b'\n```\n\n"
+                    "<!-- tested-by: tests/x.py::test_y -->\n\n```bash\n# tested-by: tests/x.py::test_y\n"
+                    "make demo\n```\n")
     blocks = docblocks.parse(page)
-    assert [b.lang for b in blocks] == ["bash", "text", "console", "bash"]
+    assert [b.lang for b in blocks] == ["bash", "text", "console", "bash", "bash"]
     assert not blocks[0].tested_by and not blocks[0].gpu_only
     assert blocks[2].gpu_only and blocks[2].steps() == [("microcoder train --use_vllm", ["..."])]
-    assert blocks[3].tested_by == [("tests/x.py", "test_y")]
-    assert blocks[3].commands == ["make demo", "SMOKE=1 bash a.sh --flag 'a # b'"]
+    assert blocks[3].tested_by == [("tests/x.py", "test_y"), ("tests/x.py", "test_z")] and not blocks[3].gpu_only
+    assert blocks[3].commands == ["make demo", "SMOKE=1 bash a.sh --flag 'a # b'"] and not blocks[3].inline_markers
+    # a marker a blank line away from the fence marks nothing; one inside the block is flagged, not obeyed
+    assert not blocks[4].tested_by and blocks[4].inline_markers == ["# tested-by: tests/x.py::test_y"]
+    problems = _marker_problems(blocks)
+    assert [p.split(": ", 1)[0] for p in problems] == [f"{page}:1", f"{page}:5", f"{page}:25", f"{page}:25"], problems
+    assert "without '<!-- tested-by" in problems[0] and "a marker inside the block" in problems[3]
     assert docblocks.match_shown(["a", "...", "c ... e"], "a\nb\nc d e\n") is None
     assert docblocks.match_shown(["c ... e", "a"], "a\nb\nc d e\n") is not None  # order matters
 
@@ -124,7 +143,7 @@ def test_configuration_reference_shows_each_config_fields_help():
 def test_mkdocs_build_strict(tmp_path):
     site = tmp_path / "site"
     proc = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site)], cwd=ROOT,
-                          env={**os.environ, "NO_MKDOCS_2_WARNING": "1"}, capture_output=True, text=True, timeout=900)
+                          env={**os.environ, "NO_MKDOCS_2_WARNING": "1"}, capture_output=True, text=True, timeout=hang_guard(900))
     assert proc.returncode == 0, proc.stdout[-5000:] + proc.stderr[-10000:]
     # the nav holds every page, and every page was built
     pages = {p.relative_to(ROOT / "docs").with_suffix(".html") for p in (ROOT / "docs").rglob("*.md")}
@@ -180,7 +199,7 @@ def test_make_test_runs_every_suite():
     checks what it runs: ``make -n test`` is ``bash tests/run_all.sh``, which runs the three suites and tests/docs."""
     env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MAKELEVEL", "MFLAGS")}  # under make test
     proc = subprocess.run(["make", "--no-print-directory", "-n", "test"], cwd=ROOT, capture_output=True, text=True,
-                          timeout=60, env=env)
+                          timeout=hang_guard(60), env=env)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "bash tests/run_all.sh"
     run_all = (ROOT / "tests" / "run_all.sh").read_text()
@@ -194,7 +213,7 @@ def test_one_suite_with_pytest_arguments(tmp_path):
     """``SUITES=verl bash tests/run_all.sh -k mask`` (tests page): the same command with ``--collect-only -q``
     appended (running the suite inside itself would recurse): it selects the verl suite's mask tests."""
     proc = subprocess.run("SUITES=verl bash tests/run_all.sh -k mask --collect-only -q", shell=True, cwd=ROOT,
-                          env=docblocks.venv_env(), capture_output=True, text=True, timeout=900)
+                          env=docblocks.venv_env(), capture_output=True, text=True, timeout=hang_guard(900))
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     ids = [line for line in proc.stdout.splitlines() if "::" in line]
     assert ids and all("mask" in i.lower() for i in ids), ids[:20]
@@ -207,7 +226,7 @@ def test_one_file_and_one_test():
     the one test that ``-k`` names."""
     def collect(cmd: str) -> list[str]:
         proc = subprocess.run(cmd + " --collect-only -q", shell=True, cwd=ROOT, env=docblocks.venv_env(),
-                              capture_output=True, text=True, timeout=600)
+                              capture_output=True, text=True, timeout=hang_guard(600))
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
         return [line for line in proc.stdout.splitlines() if "::" in line]
 
@@ -257,3 +276,58 @@ def test_names_and_paths_in_the_docs_exist():
             if re.search(r"\.\w+$", path) and not (ROOT / path).exists():  # files (alias lists like a/b/c are prose)
                 problems.append(f"{page.relative_to(ROOT)}: {path}")
     assert not problems, "\n".join(problems)
+
+
+#: the package, the recipes and the docs: what a user has, so every citation in them must lead into the project
+SHIPPED = ("microcoder_ext", "verl_recipes", "openrlhf_recipes", "reward_fns", "hydra_plugins", "docs", "README.md",
+           "CONTRIBUTING.md", "mkdocs.yml")
+PAPER_PAGE = ROOT / "docs" / "paper.md"
+
+
+def _text_files(*names: str):
+    for name in names:
+        base = ROOT / name
+        for file in [base] if base.is_file() else sorted(f for f in base.rglob("*") if f.is_file()):
+            if "__pycache__" in file.parts:
+                continue
+            try:
+                yield file, file.read_text(encoding="utf-8")
+            except UnicodeDecodeError:  # images, compiled files
+                continue
+
+
+def _paper_anchors() -> set[str]:
+    """The section anchors of the paper page: each heading's ``{#id}``, else the id MkDocs derives from its text."""
+    anchors = set()
+    for line in PAPER_PAGE.read_text(encoding="utf-8").splitlines():
+        heading = re.match(r"^#{1,6} (.+?)\s*$", line)
+        if heading:
+            explicit = re.search(r"\{#([\w-]+)\}$", heading.group(1))
+            anchors.add(explicit.group(1) if explicit else
+                        re.sub(r"[\s-]+", "-", re.sub(r"[^\w\s-]", "", heading.group(1)).strip().lower()))
+    return anchors
+
+
+def test_citations_lead_into_the_project():
+    """No file of the package, the recipes or the docs cites the notes this project was built from, which users do
+    not have (a "paper-spec" section or a shared/notes path); the paper's statements are on docs/paper.md. Every
+    section of that page cited anywhere in the repository (as docs/paper.md#... or, from a page, paper.md#...)
+    exists."""
+    outside = []
+    for file, text in _text_files(*SHIPPED):
+        for n, line in enumerate(text.splitlines(), 1):
+            if re.search(r"paper-spec|shared/notes", line, re.I):
+                outside.append(f"{file.relative_to(ROOT)}:{n}: {line.strip()[:120]}")
+    assert not outside, "citations of notes users do not have:\n" + "\n".join(outside)
+    anchors = _paper_anchors()
+    assert {"objective", "conditional-truncation-mask", "non-incorrect", "masking-probability", "kl-and-clipping",
+            "diversity-determined-temperature", "training-settings", "main-results", "our-defaults"} <= anchors
+    cited, missing = 0, []
+    for file, text in _text_files(*SHIPPED, "tests", "bench", "compat", "Makefile"):
+        pattern = r"(?:docs/paper\.md|\]\(paper\.md)#([A-Za-z0-9_-]+)" if file.suffix == ".md" \
+            else r"docs/paper\.md#([A-Za-z0-9_-]+)"
+        for anchor in re.findall(pattern, text):
+            cited += 1
+            if anchor not in anchors:
+                missing.append(f"{file.relative_to(ROOT)}: docs/paper.md#{anchor}")
+    assert cited > 50 and not missing, (cited, missing)
