@@ -1,7 +1,8 @@
 """Turns the per-trajectory rows verl 0.9 keeps in TransferQueue into the inputs of the core mask.
 
 Framework-light on purpose (torch only): :class:`~microcoder_ext.verl.trainer.MicrocoderSyncTrainer` does the
-TransferQueue I/O and calls :func:`compute_row_mask`.
+TransferQueue I/O and calls :func:`compute_row_mask`, which picks the rows that decide and calls the core's
+:func:`~microcoder_ext.core.masking.compute_truncation_mask` on them.
 
 Rows and sessions: a v1 trajectory key is ``"{uid}_{session_id}_{index}"``. verl computes GRPO on each
 session's *final* trajectory (highest index) and broadcasts that advantage to the session's other rows
@@ -21,8 +22,7 @@ from typing import Any, Mapping, Sequence
 import torch
 
 from microcoder_ext.core.config import MaskConfig
-from microcoder_ext.core.masking import combine_conditions, mask_metrics, tail_repeats
-from microcoder_ext.core.truncation import is_truncated
+from microcoder_ext.core.masking import compute_truncation_mask, response_tails
 from microcoder_ext.core.verdict_policy import resolve_verdicts as _resolve_verdicts
 
 
@@ -148,21 +148,12 @@ def compute_row_mask(
 
     verdicts, metrics = resolve_verdicts([reward_infos[i] for i in deciders], [scores[i] for i in deciders], cfg)
     # only each response's last 2m tokens matter for the repeat check: never pad whole responses
-    window = 2 * cfg.m
-    lengths = torch.tensor([int(responses[i].numel()) for i in deciders], dtype=torch.long)
-    tails = torch.nn.utils.rnn.pad_sequence(
-        [responses[i].reshape(-1)[-window:].to(torch.long) for i in deciders], batch_first=True, padding_value=0
-    )
-    if stop_token_ids:
-        last = torch.tensor([int(responses[i].reshape(-1)[-1]) if responses[i].numel() else -1 for i in deciders],
-                            dtype=torch.long)
-        truncated = is_truncated(lengths, int(max_response_length), last, stop_token_ids)
-    else:
-        truncated = lengths >= int(max_response_length)
-    repeating = tail_repeats(tails, lengths.clamp(max=window), cfg.m, cfg.repeat_check, candidates=truncated)
-    result = combine_conditions(truncated, verdicts, repeating, cfg.rho, cfg.mode, generator)
+    tails, lengths = response_tails([responses[i] for i in deciders], 2 * cfg.m)
+    result, mask_metrics = compute_truncation_mask(
+        tails, lengths, int(max_response_length), verdicts, cfg.rho, cfg.m, cfg.mode, cfg.repeat_check, generator,
+        stop_token_ids=tuple(stop_token_ids) or None)
     masked_sessions = {row_session[i] for i, hit in zip(deciders, result.masked.tolist()) if hit}
     for i, session in enumerate(row_session):
         row_mask[i] = session is not None and session in masked_sessions
-    metrics.update(mask_metrics(result))
+    metrics.update(mask_metrics)
     return row_mask, metrics
