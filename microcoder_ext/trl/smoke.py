@@ -124,7 +124,8 @@ def plan(launch: Sequence[str], opts: SmokeOptions, work: Path) -> TrlSmokePlan:
     drops = []
     if args.use_vllm:
         drops.append(("--use_vllm", False))
-        subs.append(Substitution("generation", "vLLM (colocate)", "transformers generate", "vLLM needs CUDA"))
+        subs.append(Substitution("generation", "vLLM (colocate)", "transformers generate",
+                                 "CPU run: microcoder train takes --use_vllm only with a GPU"))
     if not args.use_cpu:
         subs.append(Substitution("device", "GPU", "CPU (--use_cpu)", "no GPU"))
     mode = getattr(args, "mc.temperature.mode", None) or args.temperature_mode
