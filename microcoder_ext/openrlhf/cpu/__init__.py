@@ -10,7 +10,10 @@ driver and starts Ray itself with ``runtime_env={"worker_process_setup_hook": "m
 "env_vars": {...}}`` so that every Ray worker runs :func:`setup` before it imports OpenRLHF. vLLM's own processes
 (its engine core and model worker, started by the rollout actor) get the vLLM side from vLLM's plugin entry point
 (:mod:`.vllm_plugin` -> :mod:`.engine`). :func:`setup` refuses (:class:`CpuBackendRefused`) when CUDA is
-available, vLLM's CPU build is missing, or a real ``flash_attn`` can be imported.
+available, vLLM's CPU build is missing, or a real ``flash_attn`` can be imported; then it runs the guard
+(:func:`microcoder_ext.openrlhf.guard.check_cpu_backend`) before it changes anything of torch or OpenRLHF, and a
+failing guard leaves both as they were (only the guard's imports stay). The driver's pass is handed to the Ray
+workers of its own cluster (same machine, same installation) in :data:`CHECKED_ENV`, so they do not repeat it.
 
 What it installs (each piece's OpenRLHF / vLLM internals are checks of :mod:`microcoder_ext.openrlhf.guard`):
 
@@ -37,6 +40,8 @@ from pathlib import Path
 
 ENV = "MICROCODER_OPENRLHF_CPU"
 SEED_ENV = "MICROCODER_OPENRLHF_CPU_SEED"
+#: set by :func:`setup` once the guard passed: the installation it checked (:func:`installation`)
+CHECKED_ENV = "MICROCODER_OPENRLHF_CPU_CHECKED"
 #: the Ray ``worker_process_setup_hook`` (a dotted path Ray imports in every worker)
 SETUP_HOOK = "microcoder_ext.openrlhf.cpu.setup"
 
@@ -101,10 +106,20 @@ def installed() -> bool:
 _ROUTED = False
 
 
+def installation() -> str:
+    """What the guard's pass holds for: this OpenRLHF, DeepSpeed and vLLM in this environment."""
+    from microcoder_ext.compat import installed_version
+
+    versions = ", ".join(f"{d} {installed_version(d)}" for d in ("openrlhf", "deepspeed", VLLM_DIST))
+    return f"{versions} in {sys.prefix}"
+
+
 def setup() -> None:
     """Install the CPU backend in this process (idempotent); Ray's ``worker_process_setup_hook``.
 
-    Raises :class:`CpuBackendRefused` listing every reason it must not (see :func:`refusals`)."""
+    Raises :class:`CpuBackendRefused` listing every reason it must not (see :func:`refusals`), and the guard's
+    :class:`~microcoder_ext.openrlhf.guard.OpenRLHFInternalsError` naming every changed internal; either way
+    before torch or OpenRLHF is changed."""
     global _ROUTED
     if installed():
         return
@@ -112,14 +127,40 @@ def setup() -> None:
     if problems:
         raise CpuBackendRefused("microcoder-ext's OpenRLHF CPU backend refuses to install:\n  - "
                                 + "\n  - ".join(problems))
-    os.environ["DS_ACCELERATOR"] = "cpu"
     from microcoder_ext.openrlhf.cpu import flash_attn_standin, torch_cuda, weight_sync
 
+    _check_first()
     torch_cuda.apply()
-    flash_attn_standin.install()
     seed_process(int(os.environ.get(SEED_ENV, "0")))
     weight_sync.route_trainer()
     _ROUTED = True
+
+
+def _check_first() -> None:
+    """The guard, before anything is patched: with the ``flash_attn`` stand-ins (the checked modules import it) and
+    ``DS_ACCELERATOR=cpu`` (DeepSpeed picks its accelerator when first imported), both undone if it fails. Skipped
+    where :data:`CHECKED_ENV` says this installation already passed (a Ray worker of the checked driver's run)."""
+    from microcoder_ext.openrlhf.cpu import flash_attn_standin
+
+    had_accelerator = os.environ.get("DS_ACCELERATOR")
+    present = {name for name in flash_attn_standin.MODULES if name in sys.modules}
+    os.environ["DS_ACCELERATOR"] = "cpu"
+    flash_attn_standin.install()
+    if os.environ.get(CHECKED_ENV) == installation():
+        return
+    try:
+        from microcoder_ext.openrlhf import guard
+
+        guard.check_cpu_backend()
+    except BaseException:
+        for name in set(flash_attn_standin.MODULES) - present:
+            sys.modules.pop(name, None)
+        if had_accelerator is None:
+            os.environ.pop("DS_ACCELERATOR", None)
+        else:
+            os.environ["DS_ACCELERATOR"] = had_accelerator
+        raise
+    os.environ[CHECKED_ENV] = installation()
 
 
 def seed_process(seed: int) -> None:

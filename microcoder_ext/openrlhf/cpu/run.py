@@ -6,9 +6,10 @@ it unchanged. Before that this process
 
 1. asks for the CPU backend (``MICROCODER_OPENRLHF_CPU=1``, ``DS_ACCELERATOR=cpu``, ``TORCH_EXTENSIONS_DIR`` =
    the venv's prebuilt DeepSpeed ops when present, vLLM's ``VLLM_CPU_KVCACHE_SPACE=1`` (GiB) and
-   ``VLLM_CPU_OMP_THREADS_BIND=nobind`` unless set) and installs it here (:func:`microcoder_ext.openrlhf.cpu.setup`),
-2. runs the guard (:func:`microcoder_ext.openrlhf.guard.check_cpu_backend`, vLLM's CPU build included; exit 1
-   naming every changed internal),
+   ``VLLM_CPU_OMP_THREADS_BIND=nobind`` unless set),
+2. installs it here (:func:`microcoder_ext.openrlhf.cpu.setup`), which first runs the guard
+   (:func:`microcoder_ext.openrlhf.guard.check_cpu_backend`, vLLM's CPU build included) and patches nothing unless
+   it passes (exit 1 naming every changed internal),
 3. starts a Ray cluster of its own (``address="local"``) with ``N`` logical GPUs (OpenRLHF schedules its actors on
    ``{"GPU": 1, "CPU": 1}`` bundles; nothing reads a device behind them), the environment ``train()`` would pass
    plus the above, and ``worker_process_setup_hook`` = :func:`microcoder_ext.openrlhf.cpu.setup`.
@@ -30,7 +31,8 @@ import warnings
 ENTRIES = ("train_ppo_ray", "launcher")
 #: passed to every Ray worker (train()'s own three, the CPU backend's, and what the smoke run sets)
 PASS_ENV = ("TOKENIZERS_PARALLELISM", "NCCL_DEBUG", "RAY_ENABLE_ZERO_COPY_TORCH_TENSORS", "DS_ACCELERATOR",
-            "MICROCODER_OPENRLHF_CPU", "MICROCODER_OPENRLHF_CPU_SEED", "TORCH_EXTENSIONS_DIR",
+            "MICROCODER_OPENRLHF_CPU", "MICROCODER_OPENRLHF_CPU_SEED", "MICROCODER_OPENRLHF_CPU_CHECKED",
+            "TORCH_EXTENSIONS_DIR",
             "MICROCODER_SMOKE_EVIDENCE", "MICROCODER_CACHE", "MICROCODER_OPENRLHF_CPU_ENGINE_START",
             "MICROCODER_OPENRLHF_CPU_SYNC_TIMEOUT", "MICROCODER_OPENRLHF_CPU_FAIL_SYNC", "VLLM_CPU_KVCACHE_SPACE",
             "VLLM_CPU_OMP_THREADS_BIND", "VLLM_LOGGING_LEVEL",
@@ -101,13 +103,13 @@ def main(argv: list[str] | None = None) -> int:
     from microcoder_ext.openrlhf import cpu
 
     try:
-        cpu.setup()
-        from microcoder_ext.openrlhf import guard
-
-        version = guard.check_cpu_backend()
+        cpu.setup()  # the guard first, then the patches
     except (cpu.CpuBackendRefused, UnsupportedVersionError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
+    from microcoder_ext.compat import installed_version
+
+    version = installed_version("openrlhf")
     print(f"[microcoder cpu] OpenRLHF {version} on the CPU backend: {a.gpus} logical GPU(s), DS_ACCELERATOR=cpu, "
           f"TORCH_EXTENSIONS_DIR={os.environ.get('TORCH_EXTENSIONS_DIR', '(torch default)')}", flush=True)
     import ray

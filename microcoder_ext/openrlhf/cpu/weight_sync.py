@@ -10,10 +10,11 @@ it and calls ``model.load_weights``. On a CPU three things break, silently or no
 1. **The group sends nothing.** ``stateless_init_process_group`` builds vLLM's ``PyNcclCommunicator``, which
    disables itself when NCCL cannot be loaded (``vllm/distributed/device_communicators/pynccl.py:97-103``) and whose
    ``broadcast`` then returns without sending (``:436-437``): the trainer "syncs", the engine keeps its old weights.
-   :func:`stateless_init_process_group` replaces it, in the trainer (``ppo_actor`` binds the name at import: the Ray
-   setup hook patches ``distributed_util`` before OpenRLHF is imported) and in vLLM's worker (:func:`route_worker`
-   patches it when ``WorkerWrap.init_process_group`` runs), by :class:`GlooWeightGroup`: a gloo group on the same
-   vLLM ``StatelessProcessGroup`` store, with the same ``broadcast(tensor, src, stream)``.
+   :func:`stateless_init_process_group` replaces it, in the trainer (``distributed_util``'s function, and
+   ``ppo_actor``'s binding of it when ``ppo_actor`` is already imported, as in the process that ran the guard)
+   and in vLLM's worker (:func:`route_worker` patches it when ``WorkerWrap.init_process_group`` runs), by
+   :class:`GlooWeightGroup`: a gloo group on the same vLLM ``StatelessProcessGroup`` store, with the same
+   ``broadcast(tensor, src, stream)``.
 2. **``device="cuda"`` and ``torch.cuda.current_stream()``** in ``WorkerWrap.update_weight``: :func:`update_weight`
    receives into the worker's own device, without a stream.
 3. **vLLM's CPU kernels pack each linear weight and drop it** (see :mod:`microcoder_ext.smoke.vllm_cpu`), so
