@@ -4,7 +4,7 @@ Qwen3 model on the CPU, with verl's real vLLM rollout, and the report of what it
 Steps (the model and data are built here, the launch is ``microcoder smoke``'s CPU plan of verl):
 
 1. the model: a tiny Qwen3 (:func:`microcoder_ext.smoke.model.prepare_model`, cached), warm-started on the mixed
-   demonstrations of :mod:`microcoder_ext.demo.task` (train problems only);
+   demonstrations of :mod:`microcoder_ext.bundled.demonstrations` (train problems only);
 2. the data: the 60 train problems and the 20 held-back ones as verl parquet files (``Problem.to_verl_row``);
 3. ``python -m verl.trainer.main_ppo +recipe=RECIPE`` with the demo's sizes: 8 prompts x 8 samples per step, a
    48-token budget, verl's validation on the held-back problems before training and every ``--test-freq`` steps
@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from microcoder_ext.demo.summary import summarize
+from microcoder_ext.eval.learning import summarize
 
 RECIPES = ("microcoder", "grpo_baseline", "dapo_baseline", "microcoder_mask_only")
 A = "actor_rollout_ref"

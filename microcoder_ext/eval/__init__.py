@@ -4,7 +4,8 @@
 table (AtCoder / LeetCode / All x Easy / Medium / Hard / All), :mod:`.paper` holds the published numbers,
 :mod:`.report` prints / writes JSON / draws the PNG, :mod:`.generate` samples with vLLM or reads pre-generated
 responses, :mod:`.problems` reads the problems and matches them with their responses, :mod:`.scoring` scores the
-responses with the training reward; :mod:`.runlogs` and :mod:`.curves` read run logs and draw the training curves.
+responses with the training reward; :mod:`.runlogs` and :mod:`.curves` read run logs and draw the training curves;
+:mod:`.learning` sums up what a short run (``microcoder demo``, the TRL quickstart) learned.
 The commands are :mod:`microcoder_ext.cli.eval` and :mod:`microcoder_ext.cli.plot`.
 """
 

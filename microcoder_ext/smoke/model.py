@@ -80,7 +80,7 @@ def _family_from_name(model: str | None) -> str:
 
 
 #: the warm start's demonstrations: the references of the bundled train problems, or the demo's mix of each
-#: reference with a plausible wrong solution (:func:`microcoder_ext.demo.task.demonstrations`)
+#: reference with a plausible wrong solution (:func:`microcoder_ext.bundled.demonstrations.demonstrations`)
 DEMONSTRATIONS = ("reference", "mixed")
 
 
@@ -89,7 +89,7 @@ def _bundled_examples(kind: str = "reference", seed: int = 0):
 
     problems = bundled_problems("train")
     if kind == "mixed":
-        from microcoder_ext.demo.task import demonstrations
+        from microcoder_ext.bundled.demonstrations import demonstrations
 
         return problems, demonstrations(problems, seed=seed)
     if kind != "reference":

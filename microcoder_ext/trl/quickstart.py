@@ -6,10 +6,10 @@ Nothing is downloaded. The run:
    through verl; cached under ``$MICROCODER_CACHE/smoke-models``): a byte-level BPE tokenizer (digits always single
    tokens, ChatML chat template, ``<|im_end|>`` = EOS) trained in-process on the bundled problems and a tiny
    2-layer Qwen3 (about 0.4 M parameters), **warm-started** on the *train* problems only, on the demo's mixed
-   demonstrations (:mod:`microcoder_ext.demo.task`: each problem's reference and its family's plausible wrong
-   answer), so that completions end with EOS and the model writes right and wrong programs alike: the execution
-   reward then has something to select. A purely random model truncates every completion (equal rewards in every
-   group, no gradient); one warm-started on references only is already as right as it will get
+   demonstrations (:mod:`microcoder_ext.bundled.demonstrations`: each problem's reference and its family's
+   plausible wrong answer), so that completions end with EOS and the model writes right and wrong programs alike: the
+   execution reward then has something to select. A purely random model truncates every completion (equal rewards in
+   every group, no gradient); one warm-started on references only is already as right as it will get
    (``--demonstrations reference``);
 2. measures the pass rate on the held-back problems (the "before GRPO" number);
 3. **MicroCoder-GRPO** through :class:`microcoder_ext.trl.trainer.MicrocoderGRPOTrainer` (TRL's ``GRPOTrainer``
@@ -389,7 +389,7 @@ def run(s: Settings, output_dir: str | Path, progress: bool = True, threads: int
     """The whole quickstart; returns the report (also written to ``output_dir/report.json``)."""
     import torch
 
-    from microcoder_ext.demo.summary import summarize
+    from microcoder_ext.eval.learning import summarize
     from microcoder_ext.trl.guard import check_trl
 
     check_trl()

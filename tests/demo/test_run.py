@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from microcoder_ext.demo.run import DemoSettings, heldout_pass_rates, launch, step_line, train_rows
-from microcoder_ext.demo.summary import summarize
+from microcoder_ext.eval.learning import summarize
 
 VAL = "val-core/microcoder/quickstart/acc/mean@8"
 

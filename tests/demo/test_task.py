@@ -1,5 +1,5 @@
-"""The demo task (microcoder_ext.demo.task): each family's plausible wrong solution fails through the real sandboxed
-reward on every problem, the reference passes, and the demonstrations mix both for train problems only."""
+"""The demo task (microcoder_ext.bundled.demonstrations): each family's plausible wrong solution fails through the
+real sandboxed reward on every problem, the reference passes, and the demonstrations mix both for train problems only."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 
 from microcoder_ext.bundled import answer, load_problems, split_problems
 from microcoder_ext.core import verdicts as V
-from microcoder_ext.demo.task import WRONG_BODIES, demonstrations, wrong_answer
+from microcoder_ext.bundled.demonstrations import WRONG_BODIES, demonstrations, wrong_answer
 from microcoder_ext.reward import evaluate_response
 
 

@@ -1,5 +1,6 @@
-"""The demo task: the bundled problems (:mod:`microcoder_ext.bundled`: 10 families x 8 constants; 60 trained on,
-20 held back) and the demonstrations the tiny model is warm-started on.
+"""The warm-start demonstrations of the bundled problems (:mod:`microcoder_ext.bundled`: 10 families x 8 constants;
+60 trained on, 20 held back): the task of ``microcoder demo`` and of the TRL quickstart, read by
+:func:`microcoder_ext.smoke.model.prepare_model` when it warm-starts the tiny model.
 
 A warm start on reference solutions alone leaves RL little to select: the model is already as right as it will get,
 or wrong in ways no sample of it avoids. So the demonstrations **mix**, for every train problem, the reference

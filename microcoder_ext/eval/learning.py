@@ -1,4 +1,5 @@
-"""What a demo run learned, in the numbers of its learning bar (verl's ``microcoder demo`` and the TRL quickstart)."""
+"""What a short training run learned, in the numbers of its learning bar (verl's ``microcoder demo`` and the TRL
+quickstart): held-back pass rate before and after, training reward at the start and at the end."""
 
 from __future__ import annotations
 
