@@ -7,7 +7,7 @@ tensors only: ``pass_rate``, ``num_tests`` and one-hot ``mc_verdict_<verdict>`` 
 (``--data.label_key``). The response is ``query[len(prompt):]`` when the query starts with the prompt,
 else the text after the last assistant header; special tokens are stripped.
 
-Under ``microcoder smoke`` (:mod:`microcoder_ext.smoke.evidence` enabled) each scored query is also recorded as a
+Under ``microcoder smoke`` (:mod:`microcoder_ext.evidence` enabled) each scored query is also recorded as a
 ``reward_func`` event: ``query`` (:func:`query_digest` of the text OpenRLHF passed, which the CPU engine records for
 the same sample), ``reward`` and ``verdict``, so a test can follow every sample from the engine to its advantage.
 """
@@ -68,7 +68,7 @@ def query_digest(query: str) -> str:
 
 
 def _record(queries: list, results: list[dict]) -> None:
-    from microcoder_ext.smoke import evidence
+    from microcoder_ext import evidence
 
     if not evidence.enabled():
         return

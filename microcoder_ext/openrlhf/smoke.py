@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from microcoder_ext.smoke import evidence
+from microcoder_ext import evidence
 from microcoder_ext.smoke.report import SmokeReport, StepRecord, Substitution
 from microcoder_ext.smoke.runner import EXIT_FAILED, EXIT_OK, SmokeOptions, SmokeUsageError
 

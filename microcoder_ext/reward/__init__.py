@@ -17,7 +17,7 @@ import logging
 import time
 
 from microcoder_ext.core import verdicts as V
-from microcoder_ext.smoke import evidence as _evidence
+from microcoder_ext import evidence as _evidence
 
 from .backends import Backend, get_engine, reset_engine
 from .engine import Engine, EngineConfig
@@ -36,7 +36,7 @@ _CALL_OPTIONS = ("timeout", "memory_mb", "stop_on_first_failure")
 def evaluate_response(response: str, ground_truth, extra_info: dict | None = None, *, engine: Backend | None = None,
                       **options) -> EvalResult:
     """Score one response; never raises (errors become ``sandbox_error``). Under ``microcoder smoke`` each call's
-    wall time and verdict are recorded as evidence (:mod:`microcoder_ext.smoke.evidence`)."""
+    wall time and verdict are recorded as evidence (:mod:`microcoder_ext.evidence`)."""
     result = _evaluate(response, ground_truth, extra_info, engine, options)
     if _evidence.enabled():
         _evidence.record("reward", seconds=result.time_s, verdict=result.verdict)

@@ -8,7 +8,8 @@ controller, updates the weights and syncs them into vLLM, logs, and checkpoints.
 (vLLM's, flash-attention, fused ops), bf16 numerics on GPUs, memory use at full size, NCCL and CUDA IPC,
 tensor-parallel engines, vLLM's sleep mode, the real model's behaviour. Every substitution is printed.
 
-Framework-free pieces live here (tiny model, data, vLLM on the CPU, weight checksums, evidence, report); each framework's runner lives in its
+Framework-free pieces live here (tiny model, data, vLLM on the CPU, weight checksums, report; the evidence the
+processes record is :mod:`microcoder_ext.evidence`, below the reward); each framework's runner lives in its
 adapter (``microcoder_ext.verl.smoke``, ``microcoder_ext.openrlhf.smoke``, ``microcoder_ext.trl.smoke``). Importing
 this package imports nothing.
 """

@@ -1,7 +1,7 @@
 """The smoke report: what was substituted, and per step what the framework logged and the engines saw.
 
 Everything here is read back from the framework's own logs (verl's file logger, OpenRLHF's TensorBoard events, TRL's
-log history) and from what the engine saw (:mod:`microcoder_ext.smoke.evidence`); nothing is re-computed.
+log history) and from what the engine saw (:mod:`microcoder_ext.evidence`); nothing is re-computed.
 Times are seconds; fractions are of the step's responses.
 """
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
-from microcoder_ext.smoke import evidence
+from microcoder_ext import evidence
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 

@@ -12,7 +12,7 @@ What a weight sync into a CPU vLLM needs
   re-runs vLLM's own ``process_weights_after_loading``, which re-packs from the fresh weights. Cost: one unpacked
   copy of each linear weight, in RAM.
 
-Evidence (:mod:`microcoder_ext.smoke.evidence`), read inside vLLM
+Evidence (:mod:`microcoder_ext.evidence`), read inside vLLM
   :func:`engine_weights` rebuilds the engine's weights in the trainer's (Hugging Face) names and dtype from vLLM's
   merged parameters (``qkv_proj`` -> ``q_proj``/``k_proj``/``v_proj`` by the model's ``packed_modules_mapping`` and
   the layer's ``output_partition_sizes``; padded vocabulary rows dropped; tied ``lm_head`` included) and checks that
@@ -30,7 +30,7 @@ import time
 
 from microcoder_ext import internals as I
 from microcoder_ext.compat import UnsupportedVersionError
-from microcoder_ext.smoke import evidence
+from microcoder_ext import evidence
 from microcoder_ext.smoke.weights import combine, tensor_checksum
 
 logger = logging.getLogger(__name__)

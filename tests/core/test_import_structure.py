@@ -7,6 +7,8 @@ functions included, relative imports resolved, plus ``importlib.import_module("l
 * nothing but the command-line package itself imports ``microcoder_ext.cli`` (the console script and the tests do);
 * no framework adapter (``microcoder_ext.verl``, ``.openrlhf``, ``.trl``) imports another: what two of them need
   lives in core (e.g. ``core.options``, the ``--mc.*`` flags' records);
+* no import points up the layers of :data:`LAYERS` (e.g. the reward reaching the smoke package, or the smoke
+  package reaching the demo): what two layers share lives in the lower one;
 * the reward's process sandbox imports only the standard library (it runs inside the worker process).
 """
 
@@ -23,6 +25,16 @@ FRAMEWORKS = ("verl", "openrlhf", "trl")
 CLI = f"{PKG}.cli"
 #: packages that must stay framework-free and below the command line
 LOWER = (f"{PKG}.core", f"{PKG}.reward")
+#: the package's layers, lowest first, by the name after ``microcoder_ext.`` ("" = the package's ``__init__``): a
+#: module imports modules of its own layer and of the layers below, never of one above
+LAYERS = (
+    ("", "compat", "internals", "jsonl", "tiny", "evidence", "core"),  # single modules and the algorithms
+    ("reward", "data", "bundled", "sampling", "eval"),  # framework-free libraries
+    ("smoke",),  # framework-free pieces of the smoke runs, the demo and the quickstart
+    FRAMEWORKS,  # the adapters
+    ("demo", "configs"),  # what runs on top of an adapter
+    ("cli",),
+)
 
 
 def _modules() -> dict[str, pathlib.Path]:
@@ -173,4 +185,36 @@ def test_the_sandbox_is_stdlib_only():
     assert f"{sandbox}.probe" in mods and f"{sandbox}.worker" in mods
     bad = sorted(f"{m} imports {n}" for m in mods for n in internal[m] if not n.startswith(sandbox))
     bad += sorted(f"{m} imports {n}" for m in mods for n in external[m] if n not in sys.stdlib_module_names)
+    assert not bad, "\n".join(bad)
+
+
+def _layer(module: str) -> int | None:
+    top = module.removeprefix(PKG).removeprefix(".").split(".")[0]
+    return next((i for i, names in enumerate(LAYERS) if top in names), None)
+
+
+def _upward_imports(graph: dict[str, set[str]]) -> list[str]:
+    """Every import of a module of a higher layer than the importer's, as "a (layer i) imports b (layer j)"."""
+    return sorted(f"{m} (layer {_layer(m)}) imports {n} (layer {_layer(n)})" for m, deps in graph.items()
+                  for n in deps if _layer(n) > _layer(m))
+
+
+def test_every_module_has_a_layer():
+    internal, _ = _graph()
+    assert not sorted(m for m in internal if _layer(m) is None), "add its package or module to LAYERS"
+
+
+def test_the_layer_check_catches_an_upward_import():
+    """The two imports that once pointed up: the reward recording smoke evidence, the smoke model reading the
+    demo's demonstrations."""
+    graph = {f"{PKG}.reward": {f"{PKG}.smoke.evidence", f"{PKG}.core.verdicts"},
+             f"{PKG}.smoke.model": {f"{PKG}.demo.task", f"{PKG}.tiny"}}
+    assert _upward_imports(graph) == [f"{PKG}.reward (layer 1) imports {PKG}.smoke.evidence (layer 2)",
+                                      f"{PKG}.smoke.model (layer 2) imports {PKG}.demo.task (layer 4)"]
+
+
+def test_no_import_points_up_the_layers():
+    internal, _ = _graph()
+    assert f"{PKG}.evidence" in internal[f"{PKG}.reward"]  # the graph sees `from microcoder_ext import evidence`
+    bad = _upward_imports(internal)
     assert not bad, "\n".join(bad)

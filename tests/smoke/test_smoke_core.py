@@ -7,7 +7,7 @@ import math
 import pytest
 
 from microcoder_ext import tiny
-from microcoder_ext.smoke import evidence
+from microcoder_ext import evidence
 from microcoder_ext.smoke.data import openrlhf_data, problems_data, verl_data
 from microcoder_ext.smoke.model import prepare_model
 from microcoder_ext.smoke.report import SmokeReport, StepRecord, Substitution, format_table, summary

@@ -94,7 +94,8 @@ def route_model_runner() -> None:
 def after_load(runner) -> None:
     """The engine's start on a model runner whose model has just loaded (see the module doc)."""
     from microcoder_ext.openrlhf.cpu.weight_sync import engine_name
-    from microcoder_ext.smoke import evidence, vllm_cpu
+    from microcoder_ext import evidence
+    from microcoder_ext.smoke import vllm_cpu
 
     start = engine_start()
     if start == "perturbed":
@@ -108,7 +109,8 @@ def after_load(runner) -> None:
 
 def route_requests() -> None:
     """Request evidence in this process (see the module doc); only once evidence is enabled."""
-    from microcoder_ext.smoke import evidence, vllm_cpu
+    from microcoder_ext import evidence
+    from microcoder_ext.smoke import vllm_cpu
 
     if not evidence.enabled():
         return

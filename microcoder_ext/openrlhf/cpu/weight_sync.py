@@ -29,7 +29,7 @@ error as soon as a worker reports one (:meth:`GlooWeightGroup.fail`, written to 
 ``MICROCODER_OPENRLHF_CPU_FAIL_SYNC=N`` makes the worker fail instead of receiving its N-th tensor (the tests of that
 path). ``--vllm.sync_with_ray``, tensor-parallel engines and CUDA IPC are refused with the reason.
 
-Evidence (:mod:`microcoder_ext.smoke.evidence`, only where it is enabled): ``weights_sent`` per sync from DeepSpeed
+Evidence (:mod:`microcoder_ext.evidence`, only where it is enabled): ``weights_sent`` per sync from DeepSpeed
 rank 0 (``sender``, ``version``, ``checksum``, ``tensors``, ``per_tensor`` in OpenRLHF's parameter names);
 ``engine_loaded`` after vLLM loaded the model and ``weights_loaded`` after each sync, read inside vLLM's worker
 (:func:`~microcoder_ext.smoke.vllm_cpu.engine_weights`).
@@ -43,7 +43,7 @@ import time
 import traceback
 from datetime import timedelta
 
-from microcoder_ext.smoke import evidence
+from microcoder_ext import evidence
 
 TIMEOUT_ENV = "MICROCODER_OPENRLHF_CPU_SYNC_TIMEOUT"
 #: fault injection (tests of the failure path): the worker raises instead of receiving its N-th tensor (1-based)

@@ -57,7 +57,7 @@ import re
 import textwrap
 from importlib import metadata
 
-from microcoder_ext.smoke import evidence
+from microcoder_ext import evidence
 
 logger = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """What the engine and the trainer's workers saw during a smoke run, for the smoke report and the end-to-end tests:
 one JSON object per line in the file named by :data:`ENV` (set by ``microcoder smoke``; nothing is written when it
-is unset).
+is unset). Standard library only, below every package that records (the reward, the smoke pieces, the adapters).
 
 Writers are several processes (vLLM's engine and worker processes, the trainer's workers, reward workers); each
 event is one ``write`` of one line on a file opened with ``O_APPEND``, so lines never interleave. Events (``event``
