@@ -5,12 +5,15 @@ line that a failure report adds (tests/conftest.py).
 process or a Ray call that takes 20 s on a quiet machine can take minutes. A test never bounds such a wait by what
 it takes on a quiet machine: it passes that time to :func:`hang_guard`, which returns a bound far above any loaded
 run, and only stops a child that hangs. When the guard does stop one, the failure report says how loaded the machine
-was and prints what the child had written (tests/conftest.py).
+was and prints what the child had written (tests/conftest.py). A test that checks that something is quick (a refusal
+before any model loads, a linear-time filter) bounds the CPU seconds it took (:func:`cpu_seconds`), which waiting for
+a CPU does not add to, never its wall time.
 """
 
 from __future__ import annotations
 
 import os
+import resource
 
 #: more runnable tasks per core than this and a process waits for a CPU most of the time (tests/run_all.sh too)
 OVERLOADED_PER_CORE = 2.0
@@ -27,6 +30,14 @@ def hang_guard(quiet_s: float) -> float:
     """Seconds to wait for a child that needs at most ``quiet_s`` seconds on a quiet machine before it is taken for
     hung: ``HANG_FACTOR * quiet_s`` within [HANG_FLOOR_S, HANG_CAP_S] (20 min for a 2-minute child on 2 cores)."""
     return min(HANG_CAP_S, max(HANG_FLOOR_S, HANG_FACTOR * quiet_s))
+
+
+def cpu_seconds() -> float:
+    """CPU seconds (user + system) used so far by this process and by its children that ended and were waited for
+    (``subprocess.run``'s, and theirs): the difference of two calls is the CPU a piece of work took, which a loaded
+    machine does not lengthen (unlike its wall time)."""
+    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
 
 
 def load_average() -> tuple[float, float, float]:

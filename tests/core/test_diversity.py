@@ -13,6 +13,7 @@ from microcoder_ext.core.diversity import (
     metric_key,
     ngram_keys,
 )
+from host_load import hang_guard
 
 KEYS = ("microcoder/diversity/distinct4", "microcoder/diversity/group_pooled", "microcoder/diversity/pairwise")
 
@@ -226,7 +227,7 @@ def test_overhead_bench_runs_small():
     bench = Path(__file__).resolve().parents[2] / "bench" / "diversity_overhead.py"
     out = subprocess.run(
         [sys.executable, str(bench), "--batch", "32", "--max-len", "256", "--repeats", "1", "--json"],
-        capture_output=True, text=True, check=True, timeout=120,
+        capture_output=True, text=True, check=True, timeout=hang_guard(120),
     )
     report = json.loads(out.stdout)
     assert set(report["results"]) == {"random", "templated"}

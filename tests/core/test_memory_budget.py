@@ -10,6 +10,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from host_load import hang_guard
 
 _spec = importlib.util.spec_from_file_location("microcoder_tests_memory", Path(__file__).parents[1] / "conftest.py")
 budget = importlib.util.module_from_spec(_spec)
@@ -105,5 +106,5 @@ def test_what_each_kind_of_test_reserves(tmp_path):
     (tmp_path / "budget").mkdir()
     env = {"MICROCODER_TEST_MEMORY_DIR": str(tmp_path / "budget"), "MICROCODER_TEST_MEMORY_GB": "16", "PATH": "/usr/bin:/bin"}
     r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_shares.py"],
-                       cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+                       cwd=tmp_path, env=env, capture_output=True, text=True, timeout=hang_guard(120))
     assert r.returncode == 0 and "4 passed" in r.stdout, r.stdout[-3000:] + r.stderr[-2000:]

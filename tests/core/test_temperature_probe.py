@@ -23,6 +23,7 @@ from microcoder_ext.sampling import prompts as sprompts  # noqa: E402
 from microcoder_ext.sampling import samplers as ss  # noqa: E402
 from microcoder_ext.cli import main  # noqa: E402
 from microcoder_ext.core.temperature import recommend  # noqa: E402
+from host_load import hang_guard
 
 CHAT_TEMPLATE = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
@@ -129,7 +130,7 @@ def test_probe_subprocess_parquet_and_no_target(tiny_model, tmp_path):
     proc = subprocess.run(
         [sys.executable, "-m", "microcoder_ext.cli", "temperature", "probe", "--model", tiny_model, "--prompts",
          str(path), "--candidates", "0.1,2.0", "--limit-prompts", "3", "--json", str(out), *FAST],
-        capture_output=True, text=True, timeout=120, cwd=tmp_path,
+        capture_output=True, text=True, timeout=hang_guard(120), cwd=tmp_path,
     )
     assert proc.returncode == 0, proc.stderr
     assert "no recommendation: no target diversity" in proc.stdout
@@ -189,7 +190,7 @@ def test_bad_input_subprocess_one_line(tiny_model, tmp_path):
     proc = subprocess.run(
         [sys.executable, "-m", "microcoder_ext.cli", "temperature", "probe", "--model", tiny_model,
          "--prompts", str(tmp_path / "missing.jsonl")],
-        capture_output=True, text=True, timeout=120,
+        capture_output=True, text=True, timeout=hang_guard(120),
     )
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [

@@ -21,6 +21,7 @@ from microcoder_ext.data import difficulty as D
 from microcoder_ext.data import difficulty_rows as R
 from microcoder_ext.data import llm_judge as J
 from microcoder_ext.data.problem import Problem
+from host_load import hang_guard
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = Path(os.environ.get("MICROCODER_DATA_DIR") or ROOT / "bench" / "data")
@@ -358,7 +359,7 @@ def test_parse_answer():
 def _cli(*args, env_extra=None):
     env = {**os.environ, **(env_extra or {})}
     return subprocess.run([sys.executable, "-m", "microcoder_ext.cli", "data", "difficulty", *map(str, args)],
-                          capture_output=True, text=True, cwd=ROOT, env=env, timeout=120)
+                          capture_output=True, text=True, cwd=ROOT, env=env, timeout=hang_guard(120))
 
 
 def _problems(contests, n=5) -> list[Problem]:

@@ -78,9 +78,9 @@ def test_near_duplicates():
 
 def test_near_dedup_is_linear_enough():
     ps = [prob(str(i), text(1000 + i, 150)) for i in range(3000)]
-    t0 = time.monotonic()
+    t0 = time.process_time()
     assert len(kept_ids(ps, [F.NearDedup(0.8)])) == 3000
-    assert time.monotonic() - t0 < 30  # ~50k rows: minutes at most on a busy 2-core VM
+    assert time.process_time() - t0 < 30  # CPU seconds (waiting for a CPU on a busy machine does not count)
 
 
 BOILER = "the first line of the input contains a single integer t the number of test cases"

@@ -17,6 +17,7 @@ import pytest
 from microcoder_ext.data.sources import Drop, SchemaReport, iter_source
 from microcoder_ext.reward import compute_score
 from microcoder_ext.reward.ground_truth import parse_ground_truth
+from host_load import hang_guard
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "bench" / "data"
@@ -31,7 +32,7 @@ CHAT_TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['cont
 def cli(*argv, cwd=ROOT):
     env = {**os.environ, "HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1"}
     return subprocess.run([sys.executable, "-m", "microcoder_ext.cli", *map(str, argv)], capture_output=True,
-                          text=True, cwd=cwd, env=env, timeout=300)
+                          text=True, cwd=cwd, env=env, timeout=hang_guard(300))
 
 
 @pytest.fixture

@@ -29,6 +29,8 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from host_load import hang_guard  # tests/host_load.py (tests/conftest.py puts tests/ on sys.path)
+
 ROOT = Path(__file__).resolve().parents[2]
 SHELL_LANGS = ("bash", "sh", "shell", "console", "zsh")
 TESTED_BY = re.compile(r"^\s*<!-- tested-by: (tests/[\w/.-]+\.py)::(\w+) -->\s*$")
@@ -205,7 +207,8 @@ def sandbox_env(tmp: Path, uid_base: int) -> dict[str, str]:
 
 def run_block(block: Block, cwd: Path, env: dict[str, str], timeout: float = 900) -> list[Ran]:
     """Run the block's commands one after another in one bash process (``$?`` is the previous command's status,
-    as in a terminal); each command's stdout and stderr are kept apart."""
+    as in a terminal); each command's stdout and stderr are kept apart. ``timeout``: seconds the block takes at most
+    on a quiet machine (the hang guard is :func:`host_load.hang_guard` of it)."""
     steps = block.steps()
     outdir = cwd / ".docblock"
     outdir.mkdir(exist_ok=True)
@@ -213,7 +216,7 @@ def run_block(block: Block, cwd: Path, env: dict[str, str], timeout: float = 900
     for i, (cmd, _) in enumerate(steps):
         script.append(f"(exit $__rc); {{ {cmd}\n}} >{outdir}/{i}.out 2>{outdir}/{i}.err; __rc=$?; "
                       f"echo $__rc >{outdir}/{i}.rc")
-    subprocess.run(["bash", "-c", "\n".join(script)], cwd=cwd, env=env, timeout=timeout, check=False)
+    subprocess.run(["bash", "-c", "\n".join(script)], cwd=cwd, env=env, timeout=hang_guard(timeout), check=False)
     ran = []
     for i, (cmd, _) in enumerate(steps):
         rc_file = outdir / f"{i}.rc"

@@ -10,6 +10,7 @@ import os
 import pytest
 
 from docblocks import ROOT, run_and_check, sandbox_env, venv_env
+from host_load import hang_guard
 
 #: sandbox uids of this test: 60500..60539 (the other docs examples: 60540.., tests/reward: 60610.. and up)
 UID_BASE = 60500 + 2 * (os.getpid() % 20)
@@ -30,7 +31,7 @@ def test_make_demo(tmp_path):
     recipe = makefile.split("\ndemo:\n", 1)[1].split("\n\n", 1)[0]
     assert [line.strip() for line in recipe.splitlines()] == DEMO
     ran = run_and_check(["make demo"], tmp_path, venv_env(**sandbox_env(tmp_path, UID_BASE)),
-                        timeout=1800)
+                        timeout=hang_guard(1800))
     assert ran[0].returncode == 0, ran[0].output[-4000:]
     out = tmp_path / "demo-out"
     report = json.loads((out / "report.json").read_text())

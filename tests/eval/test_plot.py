@@ -18,6 +18,7 @@ import pytest
 
 from microcoder_ext.eval import curves, runlogs
 from microcoder_ext.eval.runlogs import RunLogError, parse_console_line, read_run
+from host_load import hang_guard
 
 STEPS = range(1, 7)
 VAL_STEPS = (2, 4, 6)
@@ -296,7 +297,7 @@ def test_figure_panels_and_lines(logs, tmp_path):
 def cli(*args):
     """``microcoder plot ARGS`` in a subprocess (``python -m microcoder_ext.cli plot ARGS``)."""
     mod = ["microcoder_ext.cli", "plot"]
-    return subprocess.run([sys.executable, "-m", *mod, *map(str, args)], capture_output=True, text=True, timeout=120)
+    return subprocess.run([sys.executable, "-m", *mod, *map(str, args)], capture_output=True, text=True, timeout=hang_guard(120))
 
 
 def test_cli_end_to_end(logs, tmp_path):

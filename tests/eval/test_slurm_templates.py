@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from host_load import hang_guard
 
 ROOT = Path(__file__).resolve().parents[2]
 VERL_SBATCH = ROOT / "verl_recipes" / "slurm.sbatch"
@@ -41,7 +42,7 @@ def fake_slurm(tmp_path: Path, nodes: list[str], **extra) -> dict:
 
 def sbatch(path: Path, env: dict, *args, cwd=None) -> subprocess.CompletedProcess:
     # sbatch runs a spooled copy from another directory: run from a directory outside the checkout
-    return subprocess.run(["bash", str(path), *args], env=env, capture_output=True, text=True, timeout=300,
+    return subprocess.run(["bash", str(path), *args], env=env, capture_output=True, text=True, timeout=hang_guard(300),
                           cwd=cwd or "/")
 
 

@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from host_load import hang_guard
 
 pytestmark = pytest.mark.openrlhf
 import openrlhf  # noqa: F401  (a missing framework fails, never skips)
@@ -299,7 +300,7 @@ def test_trainer_swap_only_where_the_preset_needs_it_and_everything_restored(run
 
 
 def _python(*argv: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, *argv], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    return subprocess.run([sys.executable, *argv], cwd=ROOT, capture_output=True, text=True, timeout=hang_guard(300))
 
 
 def test_help_shows_the_mc_flags_then_openrlhfs():

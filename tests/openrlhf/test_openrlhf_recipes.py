@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from host_load import hang_guard
 
 pytestmark = pytest.mark.openrlhf
 import openrlhf  # noqa: F401  (a missing framework fails, never skips)
@@ -51,7 +52,7 @@ def recipe(data: Path, *extra: str, python3_dir: Path | None = None, **env: str)
                 TRAIN=str(data / "train.jsonl"), VAL=str(data / "val.jsonl"), DRY_RUN="1",
                 CKPT_DIR=str(data / "ckpt"), **env)
     return subprocess.run(["bash", str(SCRIPT), *extra], cwd=ROOT, env=full, capture_output=True, text=True,
-                          timeout=600)
+                          timeout=hang_guard(600))
 
 
 RECORDER = """#!/usr/bin/env bash

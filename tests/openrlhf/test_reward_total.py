@@ -86,7 +86,7 @@ def test_extra_kwargs_are_ignored():
 
 
 def test_huge_inputs_are_fast_and_total():
-    t0 = time.monotonic()
+    t0 = time.process_time()  # this process's CPU seconds: reading the responses, which a loaded machine does not add to
     cases = [
         (PROMPT + "thinking " * 1_000_000, GT, V.NO_ANSWER),  # 9 MB, no code block
         (PROMPT + "```python\nprint(1)\n```\n" * 50_000 + SUM, GT, V.CORRECT),  # 50k blocks, the last one counts
@@ -95,7 +95,7 @@ def test_huge_inputs_are_fast_and_total():
     ]
     for query, label, verdict in cases:
         assert _check(reward_func([query], [PROMPT], [label]), 1) == [verdict]
-    assert time.monotonic() - t0 < 60
+    assert time.process_time() - t0 < 60
 
 
 def test_batched_call_keeps_order():

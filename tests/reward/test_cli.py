@@ -7,6 +7,7 @@ import pytest
 
 import microcoder_ext.reward as reward
 from microcoder_ext.cli import build_parser, main
+from host_load import hang_guard
 
 GT = {"inputs": ["1 2\n"], "outputs": ["3\n"]}
 GOOD = {"response": "```python\nprint(3)\n```", "ground_truth": GT}
@@ -90,7 +91,7 @@ def test_read_error_after_open(capsys, no_scoring):
 
 def test_missing_file_via_console_has_no_traceback(tmp_path):
     p = subprocess.run([sys.executable, "-m", "microcoder_ext.cli", "eval-code", "missing.jsonl"], cwd=tmp_path,
-                       capture_output=True, text=True, timeout=120)
+                       capture_output=True, text=True, timeout=hang_guard(120))
     assert p.returncode == 2
     assert p.stderr == "microcoder eval-code: cannot read missing.jsonl: No such file or directory\n"
     assert p.stdout == ""
@@ -199,6 +200,6 @@ def test_eval_code_subcommand_via_console(tmp_path):
     src = tmp_path / "in.jsonl"
     src.write_text(json.dumps(GOOD) + "\n")
     p = subprocess.run([sys.executable, "-m", "microcoder_ext.cli", "eval-code", str(src)], capture_output=True,
-                       text=True, timeout=120)
+                       text=True, timeout=hang_guard(120))
     assert p.returncode == 0, p.stderr
     assert "correct" in p.stdout and "100.0%" in p.stdout

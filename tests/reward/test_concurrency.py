@@ -16,6 +16,7 @@ import pytest
 from microcoder_ext.reward import Engine, EngineConfig, evaluate_response
 from microcoder_ext.reward.concurrency import (LocalSlots, NodeSlots, SlotsUnavailable, _cgroup_cpu_limit,
                                                available_cores)
+from host_load import hang_guard
 
 # its own uid range: above the default engine's (60600 + slots: the real launches that make test runs beside this
 # suite), below conftest's (60700..)
@@ -94,7 +95,7 @@ def run_node(tmp_path, *, processes, threads, per_thread, node_slots, slots_dir,
     try:
         procs = [subprocess.Popen([sys.executable, "-c", PROCESS, cfg], stdout=subprocess.PIPE, text=True)
                  for _ in range(processes)]
-        outs = [p.communicate(timeout=120)[0] for p in procs]
+        outs = [p.communicate(timeout=hang_guard(120))[0] for p in procs]
     finally:
         stop.set()
         sampler.join()
@@ -221,7 +222,7 @@ def test_engine_is_lazy_and_starts_workers_on_demand(tmp_path):
         "def ppid(p):\n    try:\n        return open('/proc/%s/stat' % p).read().rsplit(')', 1)[1].split()[1]\n"
         "    except OSError:\n        return None\n"
         "print(len([p for p in os.listdir('/proc') if p.isdigit() and ppid(p) == str(os.getpid())]))\n")],
-        capture_output=True, text=True, timeout=60)
+        capture_output=True, text=True, timeout=hang_guard(60))
     assert out.stdout.strip() == "0", out  # importing the reward function starts nothing
     sbx_tmp = tempfile.mkdtemp(prefix="mc-test-conc-")
     os.chmod(sbx_tmp, 0o711)

@@ -21,6 +21,7 @@ import pytest
 from microcoder_ext.core import verdicts as V
 from microcoder_ext.reward import evaluate_response
 from microcoder_ext.reward.sandbox import tree
+from host_load import hang_guard
 
 
 def stdin_gt(outputs, inputs=None):
@@ -167,7 +168,7 @@ def test_without_cap_sys_admin_the_temp_dir_is_read_only():
     uid = 62000 + os.getpid() % 400
     try:
         proc = subprocess.run(["setpriv", "--bounding-set", "-sys_admin", "--", sys.executable, "-c", NO_MOUNT_SCRIPT,
-                               root, slots, str(uid)], capture_output=True, text=True, timeout=120)
+                               root, slots, str(uid)], capture_output=True, text=True, timeout=hang_guard(120))
         assert proc.returncode == 0, proc.stderr[-3000:]
         out = json.loads(proc.stdout.strip().splitlines()[-1])
         report = out["report"]

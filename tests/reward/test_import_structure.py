@@ -10,6 +10,7 @@ import sys
 import pytest
 
 import microcoder_ext.reward as reward
+from host_load import hang_guard
 
 PKG = "microcoder_ext.reward"
 ROOT = pathlib.Path(reward.__file__).parent
@@ -118,5 +119,5 @@ print("ok")
 @pytest.mark.parametrize("module", sorted(FORBIDDEN))
 def test_each_layer_imports_with_the_others_blocked(module):
     p = subprocess.run([sys.executable, "-c", _ISOLATED, module, *sorted(FORBIDDEN[module])], capture_output=True,
-                       text=True, timeout=60)
+                       text=True, timeout=hang_guard(60))
     assert p.returncode == 0 and p.stdout.strip() == "ok", p.stderr[-2000:]

@@ -12,6 +12,7 @@ from pathlib import Path
 from microcoder_ext.core import verdicts as V
 from microcoder_ext.reward import evaluate_response
 from microcoder_ext.reward.leetcode import JUDGE_MODULES, missing_judge_modules
+from host_load import hang_guard
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -109,7 +110,7 @@ def test_accuracy_suite_fails_not_skips_without_a_judge_module():
             "sys.modules['sortedcontainers'] = None  # import blocked: find_spec() is None, import raises\n"
             "sys.exit(pytest.main(['-q', '-p', 'no:cacheprovider', '-rA',\n"
             "    'tests/reward/test_accuracy_formats.py::test_conversion_covers_the_dataset']))\n")
-    p = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    p = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=hang_guard(300))
     out = p.stdout + p.stderr
     assert p.returncode == 1, out[-2000:]
     assert "sortedcontainers" in out and "not installed" in out, out[-2000:]

@@ -13,6 +13,7 @@ import pytest
 from microcoder_ext.reward import Engine, EngineConfig
 
 import ray
+from host_load import hang_guard
 
 pytestmark = pytest.mark.slow  # starts Ray
 
@@ -111,7 +112,7 @@ def _score_in_actors_then_shut_down(env, tmp_root, slots_dir):
 
         refs = [call(a, "a, b = map(int, input().split())\nprint(a + b)") for a in actors]
         refs += [call(actors[0], "print(3)"), call(actors[1], "import os\nos.fork()\nprint(3)")]
-        ok1, ok2, bad, hostile = ray.get(refs, timeout=120)
+        ok1, ok2, bad, hostile = ray.get(refs, timeout=hang_guard(120))
         assert ok1["verdict"] == ok2["verdict"] == "correct" and ok1["score"] == 1.0, (ok1, ok2)
         assert bad["verdict"] == "wrong_answer" and bad["score"] == 0.0, bad
         assert hostile["verdict"] in ("runtime_error", "wrong_answer"), hostile

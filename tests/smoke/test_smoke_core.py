@@ -12,6 +12,7 @@ from microcoder_ext.smoke.data import openrlhf_data, problems_data, verl_data
 from microcoder_ext.smoke.model import prepare_model
 from microcoder_ext.smoke.report import SmokeReport, StepRecord, Substitution, format_table, summary
 from microcoder_ext.smoke.schedule import compress_stages
+from host_load import hang_guard
 
 
 # ------------------------------------------------------------------------------------------------ model
@@ -69,7 +70,7 @@ def test_runs_starting_together_build_a_cache_entry_once(tmp_path):
                               env=env) for _ in range(3)]
     results = []
     for p in procs:
-        out, err = p.communicate(timeout=300)
+        out, err = p.communicate(timeout=hang_guard(300))
         assert p.returncode == 0, err[-3000:]
         results.append(json.loads(out.strip().splitlines()[-1]))
     assert len({path for path, _ in results}) == 1
@@ -204,11 +205,13 @@ def test_run_logged_bounds_a_silent_hang_and_a_leftover_child(tmp_path):
 
     from microcoder_ext.smoke.runner import run_logged
 
+    # the sleeps (600 s) are far longer than the bounds (300 s, far above any run on a loaded machine): a run_logged
+    # that waited for them fails
     t0 = time.monotonic()
-    rc = run_logged(["bash", "-c", "echo started; sleep 60"], dict(os.environ), tmp_path / "hang.log", timeout=3)
-    assert rc == 124 and time.monotonic() - t0 < 15
+    rc = run_logged(["bash", "-c", "echo started; sleep 600"], dict(os.environ), tmp_path / "hang.log", timeout=3)
+    assert rc == 124 and time.monotonic() - t0 < 300
     assert "killed after 3 s" in (tmp_path / "hang.log").read_text()
     t0 = time.monotonic()
-    rc = run_logged(["bash", "-c", "sleep 120 & echo parent done; exit 3"], dict(os.environ), tmp_path / "left.log")
-    assert rc == 3 and time.monotonic() - t0 < 40
+    rc = run_logged(["bash", "-c", "sleep 600 & echo parent done; exit 3"], dict(os.environ), tmp_path / "left.log")
+    assert rc == 3 and time.monotonic() - t0 < 300
     assert "parent done" in (tmp_path / "left.log").read_text()

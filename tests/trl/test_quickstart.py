@@ -12,6 +12,7 @@ import pytest
 from microcoder_ext.reward import evaluate_response
 from microcoder_ext.trl import quickstart as qs
 from microcoder_ext.bundled import generate
+from host_load import hang_guard
 
 
 def test_bundle_is_the_generators_output_and_every_reference_passes():
@@ -91,8 +92,8 @@ def test_curves_without_matplotlib_is_a_clear_error(tmp_path, monkeypatch):
 
 def test_cli_help_and_bad_options():
     r = subprocess.run([sys.executable, "-m", "microcoder_ext.trl.quickstart", "--help"], capture_output=True,
-                       text=True, timeout=60)
+                       text=True, timeout=hang_guard(60))
     assert r.returncode == 0 and "--quick" in r.stdout and "--steps" in r.stdout and "--seed" in r.stdout
     r = subprocess.run([sys.executable, "-m", "microcoder_ext.trl.quickstart", "--steps", "0"], capture_output=True,
-                       text=True, timeout=60)
+                       text=True, timeout=hang_guard(60))
     assert r.returncode == 2 and "--steps must be >= 1" in r.stderr

@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import pytest
+from host_load import hang_guard
 
 pytestmark = pytest.mark.slow
 
@@ -22,7 +23,7 @@ def test_smoke_trl_runs_the_launch_and_reports_trl_logs(tmp_path):
            "--preset", "microcoder", "--per_device_train_batch_size", "16", "--gradient_accumulation_steps", "8",
            "--num_generations", "8", "--max_completion_length", "1024", "--use_vllm", "--report_to", "wandb",
            "--mc.temperature.mode", "staged", "--mc.temperature.stages", "[[0, 1.2], [140, 0.8]]"]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=hang_guard(900))
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     report = json.loads((tmp_path / "r.json").read_text())
     assert report["ok"] and [s["step"] for s in report["steps"]] == [1, 2]

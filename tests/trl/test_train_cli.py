@@ -17,6 +17,7 @@ from microcoder_ext.data.problem import Problem
 from microcoder_ext.data.writers import write_openrlhf_jsonl, write_verl_parquet
 from microcoder_ext.trl import train_data as td
 from microcoder_ext.trl import train_settings as ts
+from host_load import hang_guard
 
 _spec = importlib.util.spec_from_file_location("trl_conftest", Path(__file__).with_name("conftest.py"))
 _c = importlib.util.module_from_spec(_spec)
@@ -64,7 +65,7 @@ BASE = ["--model_name_or_path", "m", "--dataset", "d"]
 
 def test_help_lists_the_seed_flags():
     r = subprocess.run([sys.executable, "-m", "microcoder_ext.cli", "train", "--help"], capture_output=True, text=True,
-                       timeout=120)
+                       timeout=hang_guard(120))
     assert r.returncode == 0, r.stderr
     for flag in SEED_FLAGS:
         assert flag in r.stdout, flag

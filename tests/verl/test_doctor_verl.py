@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from host_load import hang_guard
 
 pytestmark = pytest.mark.verl
 
@@ -259,7 +260,7 @@ def test_plus_recipe_override(plans):
 def doctor(*args: str) -> subprocess.CompletedProcess:
     """``microcoder doctor ARGS`` as a process (its real exit status)."""
     return subprocess.run([sys.executable, "-m", "microcoder_ext.cli", "doctor", *args],
-                          capture_output=True, text=True, timeout=180)
+                          capture_output=True, text=True, timeout=hang_guard(180))
 
 
 @pytest.fixture

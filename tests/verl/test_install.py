@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 import microcoder_ext
+from host_load import hang_guard
 
 pytestmark = pytest.mark.verl
 
@@ -48,7 +49,7 @@ def test_install_mode_is_the_one_the_lane_asked_for():
 
 
 def test_a_process_started_from_the_checkout_imports_the_same_install():
-    r = subprocess.run([sys.executable, "-c", WHERE], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    r = subprocess.run([sys.executable, "-c", WHERE], cwd=ROOT, capture_output=True, text=True, timeout=hang_guard(120))
     assert r.returncode == 0, r.stderr
     package, plugin = r.stdout.split()
     assert _from_checkout(package) == _from_checkout(plugin) == (INSTALL == "editable"), r.stdout
@@ -66,7 +67,7 @@ def where():
     {WHERE.replace('; print', '; return')}
 print(*ray.get(where.remote()))
 ray.shutdown()
-"""], cwd=tmp_path, capture_output=True, text=True, timeout=600)
+"""], cwd=tmp_path, capture_output=True, text=True, timeout=hang_guard(600))
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
     package, plugin = r.stdout.split()[-2:]
     assert _from_checkout(package) == _from_checkout(plugin) == (INSTALL == "editable"), r.stdout

@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from host_load import hang_guard
 
 pytestmark = pytest.mark.verl
 
@@ -15,7 +16,7 @@ SCRIPT = Path(__file__).resolve().parents[2] / "verl_recipes" / "train.sh"
 def _dry_run(**env):
     path = os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"]  # the venv's `microcoder`
     return subprocess.run(
-        ["bash", str(SCRIPT)], capture_output=True, text=True, timeout=300,
+        ["bash", str(SCRIPT)], capture_output=True, text=True, timeout=hang_guard(300),
         env={**os.environ, "PATH": path, "DRY_RUN": "1", **env},
     )
 

@@ -16,6 +16,7 @@ import uuid
 import pytest
 
 from microcoder_ext.verl import lazy
+from host_load import hang_guard
 
 pytestmark = pytest.mark.verl
 
@@ -30,7 +31,7 @@ def _python(code: str, timeout: int = 300, **env):
         [sys.executable, "-c", textwrap.dedent(code)],
         capture_output=True,
         text=True,
-        timeout=timeout,
+        timeout=hang_guard(timeout),
         env={**base, **env},
     )
 
@@ -104,11 +105,11 @@ def test_main_ppo_task_runner_actor_finds_microcoder_sync():
             return sorted(m for m in sys.modules if m.startswith(('verl.trainer.ppo.v1', 'microcoder_ext')))
 
         def get(ref):
-            # bounded: a Ray worker starved of CPU (at Ray's default nice 15 it did not finish in 300 s on CI's
-            # loaded 2 cores; tests/conftest.py now runs Ray's workers at nice 0) fails with what Ray and the machine
-            # said, instead of an empty timeout
+            # a hang guard (tests/host_load.py; at Ray's default nice 15 a starved worker did not finish in 300 s
+            # on CI's loaded 2 cores; tests/conftest.py runs Ray's workers at nice 0): a hang fails with what Ray
+            # and the machine said, instead of an empty timeout
             try:
-                return ray.get(ref, timeout=300)
+                return ray.get(ref, timeout=__RAY_GUARD__)
             except ray.exceptions.GetTimeoutError:
                 import glob, os, subprocess
                 print('TIMEOUT', 'load', os.getloadavg(), open('/proc/meminfo').read().split(chr(10))[:3])
@@ -130,7 +131,7 @@ def test_main_ppo_task_runner_actor_finds_microcoder_sync():
             except ray.exceptions.RayError as e:
                 print('MODE', mode, type(e).__name__, str(e).replace(chr(10), ' '))
         ray.shutdown()
-        """,
+        """.replace("__RAY_GUARD__", str(hang_guard(300))),  # below the child's own guard: Ray's state gets printed
         timeout=900,
     )
     assert r.returncode == 0, r.stdout[-12000:] + r.stderr[-3000:]

@@ -12,19 +12,20 @@ import sys
 import textwrap
 
 import pytest
+from host_load import hang_guard
 
 NICENESS_ENV = "RAY_worker_niceness"  # Ray's config override (tests/conftest.py sets it to 0)
 WORKER_NICENESS = """
 import os, ray
 ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
-print('NICE', ray.get(ray.remote(lambda: os.nice(0)).remote(), timeout=240))
+print('NICE', ray.get(ray.remote(lambda: os.nice(0)).remote()))
 ray.shutdown()
 """
 
 
 def _worker_niceness(env: dict) -> int:
     r = subprocess.run([sys.executable, "-c", textwrap.dedent(WORKER_NICENESS)], capture_output=True, text=True,
-                       timeout=300, env=env)
+                       timeout=hang_guard(300), env=env)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
     return int(next(line for line in r.stdout.splitlines() if line.startswith("NICE")).split()[1])
 

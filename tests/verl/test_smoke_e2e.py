@@ -28,11 +28,11 @@ import math
 import os
 import subprocess
 import sys
-import time
 from collections import Counter
 from pathlib import Path
 
 import pytest
+from host_load import hang_guard
 
 # memory: each launch holds ~8 GB (machine's used memory, measured), ~10 GB on two FSDP ranks (tests/conftest.py)
 pytestmark = [pytest.mark.verl, pytest.mark.slow, pytest.mark.memory(8)]
@@ -74,7 +74,7 @@ def smoke(work: Path, launch: list[str], *opts: str, timeout: int = 900, env_ext
            str(work / "report.json"), "--prompts", str(PROMPTS), *opts, "verl", *launch]
     env = {k: v for k, v in os.environ.items() if k != "VERL_PLATFORM"}
     env.update(env_extra or {})
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=hang_guard(timeout), env=env)
 
 
 def metrics(work: Path) -> dict[int, dict]:
@@ -347,7 +347,7 @@ class BrokenSync(vLLMColocateWorkerExtension):
 
 def test_a_vllm_worker_failure_ends_the_run_with_its_error(tmp_path):
     """A vLLM worker that raises while loading the synced weights (verl 0.9.1 alone hangs there: the trainer waits
-    for an acknowledgement that never comes) ends the smoke with the worker's own error and exit 1, soon."""
+    for an acknowledgement that never comes) ends the smoke with the worker's own error and exit 1 instead of hanging."""
     pkg = tmp_path / "pkg"
     pkg.mkdir()
     (pkg / "broken_vllm_ext.py").write_text(BROKEN_EXTENSION)
@@ -355,10 +355,8 @@ def test_a_vllm_worker_failure_ends_the_run_with_its_error(tmp_path):
         "trainer.save_freq=-1", "+actor_rollout_ref.rollout.engine_kwargs.vllm.worker_extension_cls="
                                 "broken_vllm_ext.BrokenSync"]
     path = os.pathsep.join(filter(None, [str(pkg), os.environ.get("PYTHONPATH")]))
-    t0 = time.monotonic()
+    # a hang (verl alone) outlives the smoke's hang guard and fails the test
     proc = smoke(tmp_path / "work", launch, "--steps", "1", timeout=600, env_extra={"PYTHONPATH": path})
-    elapsed = time.monotonic() - t0
     assert proc.returncode == 1, proc.stdout[-3000:]
     report = json.loads((tmp_path / "work" / "report.json").read_text())
     assert "exploded during the weight sync on purpose" in report["error"]
-    assert elapsed < 400, elapsed  # engine start + the failed sync; not a hang until the test's timeout

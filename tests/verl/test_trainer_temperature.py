@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 import torch
 from hydra import compose, initialize_config_module
+from host_load import hang_guard
 
 pytestmark = [pytest.mark.verl, pytest.mark.slow]
 
@@ -345,6 +346,6 @@ def test_agent_loop_registered_where_verl_runs_agent_loops():
         "from verl.experimental.agent_loop.agent_loop import _agent_loop_registry\n"
         "print(_agent_loop_registry['microcoder_single_turn']['_target_'])\n"
     )
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=hang_guard(300))
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.strip().splitlines()[-1] == "microcoder_ext.verl.agent_loop.MicrocoderSingleTurnAgentLoop"
