@@ -13,17 +13,17 @@ one placeholder module per exact name in :data:`NAMES` (nothing else: no import 
   submodules such as ``flash_attn.ops.triton.cross_entropy``, still fail with ``ImportError`` as without them:
   OpenRLHF's torch fallback in ``openrlhf/models/utils.py:179-188`` keeps working).
 
-The launcher calls :func:`install` for ``--mc.dry_run`` and ``--help`` only; a real run without vLLM fails with
-OpenRLHF's own ``ImportError``. The placeholders stay in ``sys.modules`` for the rest of the process (OpenRLHF's
-modules imported under them refer to them).
+They exist only to parse OpenRLHF's CLI where vLLM (or flash-attn) is not installed: the launcher calls
+:func:`install` for ``--mc.dry_run`` and ``--help`` only, and ``microcoder smoke openrlhf`` before it parses a launch
+(:func:`microcoder_ext.openrlhf.smoke.parse_launch`); where vLLM is installed nothing of it is placed, and nothing
+here ever generates or trains. A real run without vLLM fails with OpenRLHF's own ``ImportError``. The placeholders
+stay in ``sys.modules`` for the rest of the process (OpenRLHF's modules imported under them refer to them). The
+modules are built by :mod:`microcoder_ext.openrlhf.cpu.modules` (the one builder of named stand-in modules).
 """
 
 from __future__ import annotations
 
-import importlib.machinery
-import importlib.util
-import sys
-import types
+from microcoder_ext.openrlhf.cpu import modules
 
 __all__ = ["NAMES", "ImportPlaceholderError", "Placeholder", "install", "is_placeholder", "missing_packages"]
 
@@ -78,54 +78,29 @@ class Placeholder:
 
 
 def is_placeholder(module) -> bool:
-    return bool(getattr(module, _MARK, False)) if isinstance(module, types.ModuleType) else False
-
-
-def _findable(package: str) -> bool:
-    module = sys.modules.get(package)
-    if module is not None:
-        return not is_placeholder(module)
-    try:
-        return importlib.util.find_spec(package) is not None
-    except (ImportError, ValueError):
-        return False
+    return modules.is_standin(module, _MARK)
 
 
 def missing_packages() -> list[str]:
     """The packages of :data:`PACKAGES` that cannot be found (placeholders count as missing)."""
-    return [p for p in PACKAGES if not _findable(p)]
+    return [p for p in PACKAGES if not modules.importable(p, _MARK)]
 
 
-def _module(name: str, attrs: tuple[str, ...]) -> types.ModuleType:
-    mod = types.ModuleType(name, f"microcoder-ext import placeholder for {name} (not installed; dry run / help only)")
-    mod.__spec__ = importlib.machinery.ModuleSpec(name, None)
-    mod.__loader__ = None
-    mod.__package__ = name.rpartition(".")[0]
-    setattr(mod, _MARK, True)
-    for attr in attrs:
-        setattr(mod, attr, Placeholder(f"{name}.{attr}"))
-
-    def __getattr__(attr: str):  # PEP 562: only for names not set above
+def _module(name: str, attrs: tuple[str, ...]):
+    def __getattr__(attr: str):  # PEP 562: only for names not set
         raise AttributeError(f"module {name!r} has no attribute {attr!r} ({_why(name)})")
 
-    mod.__getattr__ = __getattr__
-    return mod
+    return modules.make(name, {**{a: Placeholder(f"{name}.{a}") for a in attrs}, "__getattr__": __getattr__},
+                        f"microcoder-ext import placeholder for {name} (not installed; parsing OpenRLHF's CLI only)",
+                        _MARK)
 
 
 def install() -> list[str]:
     """Register the placeholders of every package in :data:`PACKAGES` that cannot be found (idempotent).
 
     Returns the packages that are (now) placeholders, e.g. ``["flash_attn", "vllm"]``; ``[]`` when both are installed
-    (or already provided by someone else, e.g. the test suite's CPU stubs).
+    (or already provided by someone else, e.g. the test suite's ``flash_attn`` stubs).
     """
-    placed = []
-    for package in missing_packages():
-        for name, attrs in NAMES.items():
-            if name.split(".")[0] != package:
-                continue
-            mod = sys.modules.setdefault(name, _module(name, attrs))
-            parent, _, child = name.rpartition(".")
-            if parent and is_placeholder(mod) and is_placeholder(sys.modules.get(parent)):
-                setattr(sys.modules[parent], child, mod)  # `import flash_attn.utils.distributed` walks attributes
-        placed.append(package)
+    placed = missing_packages()
+    modules.register({name: _module(name, attrs) for name, attrs in NAMES.items() if name.split(".")[0] in placed})
     return placed
