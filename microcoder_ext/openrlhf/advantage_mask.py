@@ -17,11 +17,10 @@ returns (GRPO: ``--algo.advantage.estimator group_norm``), i.e. after the group 
 * the response tokens ``exp.sequences[j, 1:][exp.action_mask[j].bool()]`` (``action_mask`` is shifted by one
   against ``sequences``; rows are right-padded) for the repeat check.
 
-The decision is the same core code as verl's (:func:`microcoder_ext.core.masking.tail_repeats` and
-:func:`~microcoder_ext.core.masking.combine_conditions`, the parts of ``conditional_truncation_mask``), with the
-coins of ``cfg.generator(step)``: one ``U(0, 1)`` per row in the order of ``exp.index`` (the sample's place in the
-step's rollout batch), so the same sample gets the same coin after a resume and whatever order the experiences
-arrived in.
+The decision is the same core function as verl's and TRL's
+(:func:`microcoder_ext.core.masking.compute_truncation_mask`), with the coins of ``cfg.generator(step)``: one
+``U(0, 1)`` per row in the order of ``exp.index`` (the sample's place in the step's rollout batch), so the same sample
+gets the same coin after a resume and whatever order the experiences arrived in.
 
 Masked rows get ``advantages[j]`` and ``returns[j]`` zeroed in place; ``action_mask`` is untouched, so they stay in
 the token-mean denominator, and the group mean/std were computed before (they count there too). Each experience
@@ -36,8 +35,7 @@ from typing import Any, Sequence
 import torch
 
 from microcoder_ext.core.config import MaskConfig
-from microcoder_ext.core.masking import combine_conditions, mask_metrics, tail_repeats
-from microcoder_ext.core.truncation import is_truncated
+from microcoder_ext.core.masking import compute_truncation_mask, response_tails
 from microcoder_ext.core.verdict_policy import resolve_verdicts
 
 logger = logging.getLogger(__name__)
@@ -79,9 +77,9 @@ def _row_scores(exp: Any, batch: int) -> list[float]:
 _WARNED_DISAGREE = False
 
 
-def _truncated(experiences, rows, tokens, lengths, max_response_length, max_len, stop_token_ids) -> torch.Tensor:
-    """``(rows,)`` bool by :func:`microcoder_ext.core.truncation.is_truncated` (see the module doc)."""
-    global _WARNED_DISAGREE
+def _flags_and_budgets(experiences, rows, lengths, max_response_length, max_len):
+    """OpenRLHF's ``truncated`` flag per row (None where absent) and the ``(rows,)`` budgets in tokens (None where
+    neither ``max_response_length`` nor ``max_len`` with every row's ``total_length`` is known): see the module doc."""
     flags = []
     for _, e, j in rows:
         value = getattr(experiences[e], "truncated", None)
@@ -97,22 +95,21 @@ def _truncated(experiences, rows, tokens, lengths, max_response_length, max_len,
         if all(t is not None for t in totals):
             prompt = torch.tensor(totals, dtype=torch.long) - lengths
             budgets = (int(max_len) - prompt).clamp(min=1)
-    if budgets is None or not stop_token_ids:
-        if any(f is None for f in flags):
-            raise ValueError("microcoder mask: cannot tell truncated responses: the experiences have no 'truncated' "
-                             "flag and no budget (--rollout.max_new_tokens / --data.max_len) or stop ids were given")
-        return torch.tensor(flags, dtype=torch.bool)
-    last = torch.tensor([int(t[-1]) if t.numel() else -1 for t in tokens], dtype=torch.long)
-    ours = is_truncated(lengths, budgets, last, stop_token_ids)
-    if not _WARNED_DISAGREE and all(f is not None for f in flags):
-        theirs = torch.tensor(flags, dtype=torch.bool)
-        if bool((ours != theirs).any()):
-            _WARNED_DISAGREE = True
-            logger.warning(
-                "microcoder mask: %d of %d responses are truncated by token count and EOS but not by OpenRLHF's "
-                "'truncated' flag (or the reverse); the mask uses the token definition (stop ids %s). Logged once",
-                int((ours != theirs).sum()), len(rows), list(stop_token_ids))
-    return ours
+    return flags, budgets
+
+
+def _warn_if_flags_disagree(ours: torch.Tensor, flags: list, stop_token_ids) -> None:
+    """Log once where the token definition of truncation and OpenRLHF's flags differ (module doc)."""
+    global _WARNED_DISAGREE
+    if _WARNED_DISAGREE or any(f is None for f in flags):
+        return
+    theirs = torch.tensor(flags, dtype=torch.bool)
+    if bool((ours != theirs).any()):
+        _WARNED_DISAGREE = True
+        logger.warning(
+            "microcoder mask: %d of %d responses are truncated by token count and EOS but not by OpenRLHF's "
+            "'truncated' flag (or the reverse); the mask uses the token definition (stop ids %s). Logged once",
+            int((ours != theirs).sum()), len(flags), list(stop_token_ids))
 
 
 def apply_truncation_mask(
@@ -171,14 +168,19 @@ def apply_truncation_mask(
     infos = [None if verdict_of[e, j] is None else {cfg.verdict_key: verdict_of[e, j]} for _, e, j in rows]
     verdicts, metrics = resolve_verdicts(infos, [score_of[e, j] for _, e, j in rows], cfg)
 
-    window = 2 * cfg.m  # only the last 2m tokens matter for the repeat check
-    tokens = [response_tokens(experiences[e], j) for _, e, j in rows]
-    lengths = torch.tensor([int(t.numel()) for t in tokens], dtype=torch.long)
-    tails = torch.nn.utils.rnn.pad_sequence([t[-window:].to(torch.long).cpu() for t in tokens], batch_first=True,
-                                            padding_value=0)
-    truncated = _truncated(experiences, rows, tokens, lengths, max_response_length, max_len, stop_token_ids)
-    repeating = tail_repeats(tails, lengths.clamp(max=window), cfg.m, cfg.repeat_check, candidates=truncated)
-    result = combine_conditions(truncated, verdicts, repeating, cfg.rho, cfg.mode, cfg.generator(step))
+    # only the last 2m tokens matter for the repeat check
+    tails, lengths = response_tails([response_tokens(experiences[e], j) for _, e, j in rows], 2 * cfg.m)
+    flags, budgets = _flags_and_budgets(experiences, rows, lengths, max_response_length, max_len)
+    by_tokens = budgets is not None and bool(stop_token_ids)
+    if not by_tokens and any(f is None for f in flags):
+        raise ValueError("microcoder mask: cannot tell truncated responses: the experiences have no 'truncated' "
+                         "flag and no budget (--rollout.max_new_tokens / --data.max_len) or stop ids were given")
+    result, mask_metrics = compute_truncation_mask(
+        tails, lengths, budgets, verdicts, cfg.rho, cfg.m, cfg.mode, cfg.repeat_check, cfg.generator(step),
+        stop_token_ids=list(stop_token_ids) if by_tokens else None,
+        truncated=None if by_tokens else torch.tensor(flags, dtype=torch.bool))
+    if by_tokens:
+        _warn_if_flags_disagree(result.truncated, flags, stop_token_ids)
 
     for (_, e, j), hit in zip(rows, result.masked.tolist(), strict=True):
         if not hit:
@@ -188,5 +190,5 @@ def apply_truncation_mask(
         if exp.returns is not None:
             exp.returns[j].zero_()
         exp.info[MASKED_KEY][j] = 1.0
-    metrics.update(mask_metrics(result))
+    metrics.update(mask_metrics)
     return metrics
