@@ -9,9 +9,16 @@ accelerator), ``PolicyLoss``, the weight sync, TensorBoard logging, checkpoints 
 (:mod:`microcoder_ext.openrlhf.cpu`): the ``flash_attn`` import stand-in, four ``torch.cuda`` calls, and the CPU
 routing of the weight sync (a gloo group instead of vLLM's PyNcclCommunicator, which sends nothing without NCCL;
 ``load_weights`` + vLLM's re-pack of its CPU kernels). Every assertion reads what OpenRLHF itself logged (its
-TensorBoard event files, checkpoints, saved model) or what vLLM itself received and held (evidence recorded inside
-vLLM's processes: the sampling parameters of every request, its finish reason and length, the weights its worker
-holds), never a recorder of ours in the trainer.
+TensorBoard event files, checkpoints, saved model) or the run's ``evidence.jsonl``, which wrappers of ours write
+around five methods, inside the process that runs them: vLLM's ``AsyncLLM.generate`` (each request's sampling
+parameters as vLLM received them, its finish reason and length), ``AsyncLLM.collective_rpc`` (counts the weight
+syncs that returned: the weight version a request was served at) and ``CPUModelRunner.load_model`` (the weights the
+engine starts from), OpenRLHF's ``ActorPPOTrainer.broadcast_to_vllm`` (checksums of the tensors DeepSpeed rank 0
+sent) and ``WorkerWrap.update_weight``, which the CPU routing replaces anyway (the weights vLLM's worker holds after
+each sync). A wrapper calls the method with the same arguments and returns its result unchanged; it records, never
+alters. The one deliberate change is asked for by the ``grpo`` launch (``MICROCODER_OPENRLHF_CPU_ENGINE_START=
+perturbed``: the engine starts from moved weights, so that only a sync that arrives makes them equal); see
+docs/tests.md, "What is ours in a test run".
 
 Launches, shared by the tests (each ~60-120 s on 2 cores, one vLLM engine start each):
 

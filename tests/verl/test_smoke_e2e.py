@@ -6,8 +6,14 @@ Nothing of verl or vLLM is replaced: TaskRunner, the FSDP2 actor (and reference)
 processes (the worker extension, the bucketed shared-memory weight sync), the agent loop, the reward loop with the
 real sandboxed code reward, the trainer (verl's ``sync`` or our ``microcoder_sync``) and the checkpoints. Ours are
 only the ``cpu`` platform (a public registry) and the CPU routing of vLLM (:mod:`microcoder_ext.verl.cpu`). Every
-assertion reads what verl itself logged (its file logger, ``metrics.jsonl``: one line per step) or what vLLM itself
-received and holds (evidence written inside vLLM's processes), never a recorder of ours.
+assertion reads what verl itself logged (its file logger, ``metrics.jsonl``: one line per step) or the run's
+``evidence.jsonl``, which wrappers of ours write around four methods, inside the process that runs them: vLLM's
+``AsyncLLM.generate`` (each request's sampling parameters as vLLM received them, its finish reason and length),
+verl's ``vLLMHttpServer.generate`` (which replica and step served it), ``vLLMColocateWorkerExtension
+.update_weights_from_ipc`` (the weights vLLM's worker holds before the first and after each sync) and
+``ServerAdapter.update_weights`` (checksums of the tensors the trainer sends, read as they pass). A wrapper calls
+the method with the same arguments (the sent pairs pass through a generator that only reads them) and returns its
+result unchanged; it records, never alters (docs/tests.md, "What is ours in a test run").
 
 vLLM is not deterministic across runs (continuous batching; one engine seed), so runs are compared only where that
 holds (a resumed run starts from the same weights); everything else compares a run with its own evidence.
