@@ -5,7 +5,8 @@
     microcoder smoke [--steps N ...] trl       <microcoder train flags>
 
 Smoke options go before the framework name; everything after it is the launch, unchanged. Exit status: 0 every
-step ran; 1 a step failed (the framework's own error is printed); 2 bad arguments.
+step ran; 1 a step failed (the framework's own error is printed); 2 bad arguments, or a launch that the recipe's
+launch guard (verl) or the launcher (OpenRLHF) refuses, with its message, before anything is built or started.
 """
 
 from __future__ import annotations

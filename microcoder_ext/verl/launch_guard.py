@@ -41,6 +41,10 @@ from hydra.experimental.callback import Callback
 MAIN_PPO = "verl.trainer.main_ppo"
 #: environment variable naming an application of one's own that passes its config to main_ppo's run_ppo
 ENTRY_POINT_ENV = "MICROCODER_ENTRY_POINT"
+#: how every refusal begins (``microcoder smoke verl`` prints the same line, exit 2)
+REFUSED = "microcoder-ext: launch refused before any worker started"
+#: the Hydra callback key of the recipes that register the guard
+CALLBACK = "microcoder_launch_guard"
 
 
 def entry_point(task_function: Any) -> str:
@@ -97,6 +101,23 @@ def launch_refusal(cfg, app: str) -> str | None:
     return None
 
 
+def guarded_recipe(overrides) -> str | None:
+    """The recipe that ``overrides`` (Hydra overrides of ``main_ppo``) compose in, if that recipe registers this
+    guard (``hydra.callbacks.microcoder_launch_guard``), else None. Reads the recipe file only."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from omegaconf import OmegaConf
+
+    from microcoder_ext.verl.recipes import RECIPE_GROUP, available_recipes, load_recipe
+
+    parsed = OverridesParser.create().parse_overrides(list(overrides))
+    names = [o.value() for o in parsed if o.key_or_group == RECIPE_GROUP and not o.is_delete()]
+    name = names[-1] if names else None
+    if not isinstance(name, str) or name not in available_recipes():
+        return None
+    target = OmegaConf.select(load_recipe(name), f"hydra.callbacks.{CALLBACK}._target_")
+    return name if target == f"{__name__}.{LaunchGuard.__name__}" else None
+
+
 class LaunchGuard(Callback):
     """Hydra callback of the microcoder recipes: refuses a launch that would not apply MicroCoder-GRPO."""
 
@@ -104,4 +125,4 @@ class LaunchGuard(Callback):
         app = entry_point(task_function)
         problem = launch_refusal(config, app)
         if problem:
-            raise SystemExit(f"microcoder-ext: launch refused before any worker started: {problem}")
+            raise SystemExit(f"{REFUSED}: {problem}")

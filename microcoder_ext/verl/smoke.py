@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-from microcoder_ext import evidence
+from microcoder_ext.smoke import evidence
 from microcoder_ext.smoke.report import SmokeReport, StepRecord, Substitution
 from microcoder_ext.smoke.runner import EXIT_FAILED, EXIT_OK, SmokeOptions, SmokeUsageError
 from microcoder_ext.smoke.schedule import compress_stages
@@ -136,7 +136,9 @@ def plan(overrides: Sequence[str], opts: SmokeOptions, work: Path) -> VerlSmokeP
     from microcoder_ext.smoke.data import verl_data
     from microcoder_ext.smoke.model import prepare_model
     from microcoder_ext.smoke.runner import base_env
+    from microcoder_ext.verl import cpu
     from microcoder_ext.verl.cpu import guard
+    from microcoder_ext.verl.launch_guard import MAIN_PPO, REFUSED, guarded_recipe, launch_refusal
     from microcoder_ext.verl.recipes import RecipeError, compose
 
     try:  # usage errors first: seconds, before vLLM is imported or anything is built
@@ -144,7 +146,15 @@ def plan(overrides: Sequence[str], opts: SmokeOptions, work: Path) -> VerlSmokeP
             cfg = compose(None, list(overrides))
     except RecipeError as e:
         raise SmokeUsageError(str(e)) from None
+    if guarded_recipe(overrides):  # what main_ppo's launch guard would refuse, it refuses here (exit 2)
+        problem = launch_refusal(cfg, MAIN_PPO)
+        if problem:
+            raise SmokeUsageError(f"{REFUSED}: {problem}")
     _check_microcoder_section(cfg)
+    refused = cpu.refusals()
+    if refused:
+        raise SmokeUsageError("microcoder smoke verl runs on verl's CPU backend, which refuses here: "
+                              + "; ".join(refused))
     with warnings.catch_warnings(), _quiet("verl.plugin.platform.platform_manager"):
         warnings.simplefilter("ignore")  # verl's import-time notes on engines it does not find (megatron, ...)
         guard.check_cpu_backend()  # (and "no accelerator detected" from this process, which trains nothing)

@@ -163,3 +163,19 @@ def test_the_cli_checks_the_launch_before_ray(tmp_path, launch, reason):
     assert reason in proc.stderr and "running:" not in proc.stdout
     assert not (tmp_path / "train_ppo_ray.log").exists() and not (tmp_path / "data").exists()
     assert cpu_seconds() - cpu0 < 60  # CPU seconds, which a loaded machine does not add to
+
+
+def test_a_launch_the_launcher_refuses_exits_2_with_its_message_before_the_model(tmp_path):
+    """``--train.async_enable`` with ``--mc.preset microcoder`` (OpenRLHF would build its async trainer, not ours):
+    the launcher's refusal on stderr, exit 2, no model built, no data written, nothing started."""
+    import os
+
+    work, cache = tmp_path / "work", tmp_path / "cache"
+    proc = subprocess.run([sys.executable, "-m", "microcoder_ext.cli", "smoke", "--workdir", str(work), "openrlhf",
+                           "--mc.preset", "microcoder", "--train.async_enable", "--rollout.n_samples_per_prompt", "4",
+                           "--reward.remote_url", REWARD, "--vllm.num_engines", "1"], capture_output=True, text=True,
+                          timeout=hang_guard(300), env={**os.environ, "MICROCODER_CACHE": str(cache)})
+    assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-3000:]
+    assert "--train.async_enable is refused with --mc.preset microcoder" in proc.stderr
+    assert "FAILED" not in proc.stderr and "running:" not in proc.stdout
+    assert not cache.exists() and sorted(p.name for p in work.iterdir()) == []

@@ -316,3 +316,69 @@ def test_guard_still_passes_where_the_backend_is_active():
     from importlib import metadata
 
     assert proc.returncode == 0 and proc.stdout.strip().endswith(metadata.version("verl")), proc.stderr[-2000:]
+
+
+def test_the_backend_refuses_to_activate_where_cuda_is_available():
+    """A launch that asks for the CPU backend (``VERL_PLATFORM=cpu``) on a machine with CUDA never runs on it:
+    verl's plugin logs the refusal and nothing of the backend is registered or patched. (``torch.cuda.is_available``
+    answers True in that child process only.)"""
+    import json
+
+    proc = _python("""
+        import json, torch
+        torch.cuda.is_available = lambda: True  # what a GPU machine reports
+        import verl
+        from verl.plugin.platform import PlatformRegistry
+        from microcoder_ext.verl import cpu, lazy
+        try:
+            cpu.activate()
+            refused = None
+        except cpu.CpuBackendRefused as e:
+            refused = str(e)
+        import verl.utils.model, verl.workers.engine_workers as workers
+        print(json.dumps({"refused": refused, "active": cpu.active(),
+                          "platform": "cpu" in PlatformRegistry.registered_names(),
+                          "hooks": sorted(k for keys in lazy.hooks().values() for k in keys
+                                          if k.startswith("microcoder_ext.verl.cpu")),
+                          "patched": [hasattr(workers.initialize_global_process_group_ray, "_microcoder_cpu"),
+                                      hasattr(verl.utils.model.load_valuehead_model, "_microcoder_cpu")]}))
+    """, VERL_PLATFORM="cpu")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert got["refused"].startswith("microcoder-ext's verl CPU backend refuses to activate")
+    assert "CUDA is available: run verl as is, without VERL_PLATFORM=cpu" in got["refused"]
+    assert not got["active"] and not got["platform"] and got["hooks"] == [] and got["patched"] == [False, False]
+    # the plugin's own attempt (verl imports it in every process) was logged with the reason
+    assert "refuses to activate" in proc.stderr and "CUDA is available" in proc.stderr
+
+
+def test_smoke_refuses_on_a_cuda_machine_before_building_anything(tmp_path, monkeypatch):
+    import torch
+
+    from microcoder_ext.smoke.runner import SmokeUsageError
+
+    monkeypatch.setenv("MICROCODER_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    with pytest.raises(SmokeUsageError, match="verl's CPU backend, which refuses here: CUDA is available"):
+        _plan(tmp_path / "work", "+recipe=microcoder")
+    assert not (tmp_path / "cache").exists() and not (tmp_path / "work" / "data").exists()
+
+
+@pytest.mark.parametrize("override, says", [
+    ("trainer.v1.trainer_mode=separate_async", "trainer.v1.trainer_mode=separate_async runs verl's own "
+                                               "'separate_async' trainer"),
+    ("trainer.use_v1=false", "trainer.use_v1=false runs verl's legacy trainer")])
+def test_smoke_exits_2_with_the_launch_guards_message_before_building_the_model(tmp_path, override, says):
+    """What main_ppo's launch guard would refuse (after ~30 s, the message only in the log), ``microcoder smoke
+    verl`` refuses itself: exit 2, the guard's message on stderr, no model built, no data written, nothing started."""
+    from microcoder_ext.verl.launch_guard import REFUSED
+
+    work, cache = tmp_path / "work", tmp_path / "cache"
+    env = {k: v for k, v in os.environ.items() if k != "VERL_PLATFORM"}
+    proc = subprocess.run([sys.executable, "-m", "microcoder_ext.cli", "smoke", "--workdir", str(work), "verl",
+                           "+recipe=microcoder", override], capture_output=True, text=True, timeout=600,
+                          env={**env, "MICROCODER_CACHE": str(cache)})
+    assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-3000:]
+    assert f"error: {REFUSED}: {says}" in proc.stderr
+    assert "FAILED" not in proc.stderr and "running:" not in proc.stdout
+    assert not cache.exists() and sorted(p.name for p in work.iterdir()) == []

@@ -4,8 +4,10 @@ process, before Ray starts (``microcoder_ext.verl.launch_guard``, a Hydra callba
 The launches run through verl 0.9.1's own Hydra entry points (``main_ppo``, the fully-async and one-step-off-policy
 mains, ``main_generation_server``): one real ``python -m verl.trainer.main_ppo`` process, and one process that runs
 each entry point in turn as ``python -m`` does (``runpy.run_module(module, run_name="__main__")``, its command line
-in ``sys.argv``), with ``ray.init`` replaced by a recorder (a launch the guard let through would reach it, or fail
-earlier in verl's own checks).
+in ``sys.argv``), with ``ray.init`` replaced by a recorder. A launch the guard lets through must reach it from verl's
+``verl/trainer/main_ppo.py:run_ppo``, the step that starts verl's trainer (its ``TaskRunner`` class, as a Ray actor),
+with the trainer class and ``trainer.v1.trainer_mode`` the launch asked for: the recorder notes where it was called
+from and with what.
 """
 
 from __future__ import annotations
@@ -29,6 +31,10 @@ FULLY_ASYNC = "verl.experimental.fully_async_policy.fully_async_main"
 ONE_STEP_OFF = "verl.experimental.one_step_off_policy.main_ppo"
 GENERATION = "verl.trainer.main_generation_server"
 
+#: what verl's own validate_config asks of a launch besides a recipe (a let-through launch must pass it to go on)
+MICRO = [f"actor_rollout_ref.{role}_micro_batch_size_per_gpu=2"
+         for role in ("actor.ppo", "rollout.log_prob", "ref.log_prob")]
+
 #: (entry point module, command line, what the refusal says; None: the guard lets it through)
 CASES = [
     (MAIN_PPO, ["+recipe=microcoder", "trainer.use_v1=false"], "trainer.use_v1=false runs verl's legacy trainer"),
@@ -40,11 +46,21 @@ CASES = [
     (FULLY_ASYNC, ["+recipe=microcoder"], f"composed into {FULLY_ASYNC}"),
     (ONE_STEP_OFF, ["+recipe=microcoder_mask_only"], f"composed into {ONE_STEP_OFF}"),
     (GENERATION, ["+recipe=microcoder"], f"composed into {GENERATION}"),
-    # let through: the recipe as shipped, a baseline recipe (no claim to MicroCoder-GRPO), an allowed entry point
-    (MAIN_PPO, ["+recipe=microcoder"], None),
-    (MAIN_PPO, ["+recipe=grpo_baseline", "trainer.use_v1=false"], None),
-    (ONE_STEP_OFF, ["+recipe=microcoder", f"+env:{ENTRY_POINT_ENV}={ONE_STEP_OFF}"], None),
+    # let through (None), each reaching run_ppo with the trainer of LET_THROUGH: the recipe as shipped, a baseline
+    # recipe (no claim to MicroCoder-GRPO), an allowed entry point
+    (MAIN_PPO, ["+recipe=microcoder", *MICRO], None),
+    (MAIN_PPO, ["+recipe=grpo_baseline", "trainer.use_v1=false", *MICRO], None),
+    (ONE_STEP_OFF, ["+recipe=microcoder", f"+env:{ENTRY_POINT_ENV}={ONE_STEP_OFF}", *MICRO], None),
 ]
+#: (entry point, first override) of each let-through case -> (the Ray actor class run_ppo was given, the launch's
+#: trainer.v1.trainer_mode)
+LET_THROUGH = {
+    (MAIN_PPO, "+recipe=microcoder"): ("TaskRunnerV1", "microcoder_sync"),  # main_ppo's v1 TaskRunner
+    (MAIN_PPO, "+recipe=grpo_baseline"): ("TaskRunner", "sync"),  # main_ppo_v0's legacy TaskRunner
+    (ONE_STEP_OFF, "+recipe=microcoder"): ("OneStepTaskRunner", "microcoder_sync"),
+}
+#: where verl's trainer is started: the function that calls ray.init, then runs the TaskRunner as a Ray actor
+RUN_PPO = "verl/trainer/main_ppo.py:run_ppo"
 
 DRIVER = textwrap.dedent("""
     import json, os, runpy, sys, time, warnings
@@ -53,8 +69,14 @@ DRIVER = textwrap.dedent("""
     from hydra.core.global_hydra import GlobalHydra
 
     reached = []
-    def recorder(*args, **kwargs):
-        reached.append(1)
+    def recorder(*args, **kwargs):  # who called ray.init, for which trainer
+        from omegaconf import OmegaConf
+        caller = sys._getframe(1)
+        path = caller.f_code.co_filename.replace(os.sep, "/")
+        config, runner = caller.f_locals.get("config"), caller.f_locals.get("task_runner_class")
+        reached.append({"caller": path[path.rfind("/verl/") + 1:] + ":" + caller.f_code.co_name,
+                        "task_runner": getattr(getattr(runner, "__ray_metadata__", None), "class_name", None),
+                        "trainer_mode": OmegaConf.select(config, "trainer.v1.trainer_mode") if config else None})
         raise RuntimeError("ray.init reached")
     ray.init = recorder
     out = []
@@ -77,7 +99,7 @@ DRIVER = textwrap.dedent("""
             code = f"{type(e).__name__}: {e}"
         for a in env:
             os.environ.pop(a[len("+env:"):].split("=", 1)[0])
-        out.append({"code": code if isinstance(code, (int, str)) else repr(code), "ray": bool(reached),
+        out.append({"code": code if isinstance(code, (int, str)) else repr(code), "ray": (reached or [None])[0],
                     "seconds": round(time.monotonic() - t0, 2)})
     print("RESULTS " + json.dumps(out))
 """)
@@ -106,9 +128,10 @@ def test_each_launch_applies_the_algorithm_or_stops_before_ray(launched, i):
     module, argv, says = CASES[i]
     r = launched[i]
     print(module, argv, r)
-    if says is None:  # let through: verl's own checks or ray.init come next
-        assert not (isinstance(r["code"], str) and REFUSED in r["code"]), r
-        assert r["ray"] or r["code"] not in (0, None), r
+    if says is None:  # let through: verl's trainer is started (ray.init from run_ppo, with the launch's trainer)
+        runner, mode = LET_THROUGH[(module, argv[0])]
+        assert r["ray"] == {"caller": RUN_PPO, "task_runner": runner, "trainer_mode": mode}, r
+        assert r["code"] == 1, r  # Hydra reports the recorder's RuntimeError and exits 1
     else:
         assert isinstance(r["code"], str) and r["code"].startswith(REFUSED), r
         assert says in r["code"], r
@@ -167,3 +190,15 @@ def test_entry_point_names_the_module_also_under_python_dash_m(monkeypatch):
     assert entry_point(main) == os.path.realpath(__file__)
     main.__module__ = "my_project.train"
     assert entry_point(main) == "my_project.train"
+
+
+def test_the_guarded_recipes_are_the_ones_that_register_it():
+    """``microcoder smoke verl`` runs the launch guard exactly where main_ppo would: for a recipe whose file
+    registers the Hydra callback (the last ``recipe`` override wins, as in Hydra)."""
+    from microcoder_ext.verl.launch_guard import guarded_recipe
+
+    assert guarded_recipe(["+recipe=microcoder", "trainer.use_v1=false"]) == "microcoder"
+    assert guarded_recipe(["+recipe=microcoder_mask_only"]) == "microcoder_mask_only"
+    assert guarded_recipe(["+recipe=grpo_baseline"]) is None and guarded_recipe(["+recipe=dapo_baseline"]) is None
+    assert guarded_recipe(["trainer.v1.trainer_mode=separate_async"]) is None
+    assert guarded_recipe(["+recipe=grpo_baseline", "recipe=microcoder"]) == "microcoder"

@@ -27,6 +27,10 @@ Private internals (no public hook; each checked by :mod:`.guard` before it is to
   7. ``verl.utils.model.load_valuehead_model``: a critic is loaded with flash-attention 2; replaced by a loader that
      uses sdpa (only used with a critic, e.g. ``adv_estimator=gae``).
 
+Never on a machine with CUDA: :func:`activate` raises :class:`CpuBackendRefused` when
+``torch.cuda.is_available()`` (before it registers or patches anything), so a GPU launch that inherited
+``VERL_PLATFORM=cpu`` by mistake never runs on this backend.
+
 Patches 4-7 are applied right after their module is imported (:mod:`microcoder_ext.verl.lazy`), so processes that
 never load a worker stay light. If a check fails in a worker, the patched name is replaced by one that raises the
 guard's error, so the run stops there with the message rather than with a confusing one later.
@@ -50,6 +54,20 @@ ROLLOUT = "vllm"
 _ACTIVE = False
 
 
+class CpuBackendRefused(RuntimeError):
+    """The CPU backend would replace verl's device platform on a machine with CUDA."""
+
+
+def refusals() -> list[str]:
+    """Why the CPU backend must not be activated here (empty: it may). Cheap: imports torch, not verl."""
+    import torch
+
+    if torch.cuda.is_available():
+        return [f"CUDA is available: run verl as is, without "
+                f"{ENV}={PLATFORM} (the CPU backend is for machines without GPUs: `microcoder smoke verl`)"]
+    return []
+
+
 def requested(environ=None) -> bool:
     """Whether this process asked for the CPU backend (``VERL_PLATFORM=cpu``)."""
     env = os.environ if environ is None else environ
@@ -61,10 +79,15 @@ def active() -> bool:
 
 
 def activate() -> None:
-    """Plug the CPU backend into verl (idempotent; see the module doc). Raises on an unsupported verl."""
+    """Plug the CPU backend into verl (idempotent; see the module doc). Raises :class:`CpuBackendRefused` where CUDA
+    is available, before anything is registered or patched, and on an unsupported verl."""
     global _ACTIVE
     if _ACTIVE:
         return
+    problems = refusals()
+    if problems:
+        raise CpuBackendRefused("microcoder-ext's verl CPU backend refuses to activate:\n  - "
+                                + "\n  - ".join(problems))
     from microcoder_ext.compat import require as require_version
     from microcoder_ext.verl.cpu import guard
     from microcoder_ext.verl.lazy import register_when_imported
