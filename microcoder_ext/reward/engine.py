@@ -43,6 +43,7 @@ Configuration (constructor arguments, or environment variables for the process-w
   slot_timeout   MICROCODER_REWARD_SLOT_TIMEOUT   seconds to wait for a slot before ``sandbox_error`` (600)
   worker_idle_timeout MICROCODER_REWARD_WORKER_IDLE_S  idle workers beyond the last used one exit (300 s)
   timeout        MICROCODER_REWARD_TIMEOUT        CPU seconds per test (default 5); wall clock 2x+1 s
+                                                  (not counting waits for a CPU: sandbox/wall_clock.py)
   memory_mb      MICROCODER_REWARD_MEMORY_MB      address-space limit per run, MiB (default 2048)
   output_limit   MICROCODER_REWARD_OUTPUT_LIMIT   bytes of output per test (default 16 MiB; raised to
                                                   2x the expected output + 1 KiB when that is larger)
@@ -411,6 +412,8 @@ class Engine:
             elif op == "await":
                 if not stop_sent:
                     w.send({"op": "next"})
+            elif op == "alive":
+                pass  # a test waited for a CPU past its plain wall limit (sandbox/wall_clock.py): keep waiting
             elif op == "done":
                 break
             else:

@@ -46,7 +46,8 @@ def test_a_lane_that_collected_no_tests_fails_with_a_clear_message(tmp_path):
     assert bash(f'lane_verdict 5 "{log}"').stdout.strip() == "empty"
     out = finish(rc, log)
     assert "status=1 collected=0" in out.stdout, out.stdout + out.stderr
-    assert "run_all: lane trl FAILED: it collected no tests (pytest exit 5; its files: tests/core tests/trl" in out.stderr
+    assert ("run_all: lane trl FAILED: it collected no tests (pytest exit 5; its files: tests/core tests/trl"
+            in out.stderr)
     assert "a lane that runs nothing fails" in out.stderr
     assert "trl              exit 5 (empty)" in out.stdout
 

@@ -3,7 +3,8 @@ server (``forkserver``), enforces every per-test limit from outside the child, r
 
 Long-lived (one per worker): it holds the code, inputs and outputs of every job it served, in live or freed
 memory, which is why no sandboxed child is ever forked from it. Per test it enforces, none of which the program can
-lift: the wall clock (``wall_timeout``, from the test's start), the CPU budget (``cpu_clock.CpuBudget``: the
+lift: the wall clock (``wall_timeout``, from the test's start, not counting the time the child waited for a CPU:
+``wall_clock.WallClock``), the CPU budget (``cpu_clock.CpuBudget``: the
 child's process CPU clock, all threads), the cap on result bytes; and before a child runs another test (stdin mode:
 before each test; call mode: after each batch of results) it checks every resource limit and the scheduling of the
 child with ``prlimit``/``getpriority`` against what the job set, and takes a fresh child for the rest if anything
@@ -27,11 +28,13 @@ from collections import deque
 
 from . import forkserver, limits, protocol, records, tree
 from .cpu_clock import CpuBudget
+from .wall_clock import WallClock
 
 EXIT_REQUESTED, EXIT_EOF = 3, 4
 STATUS_WAIT_S = 10.0  # how long the fork server may take to report a child's exit
 CHILD_WAIT_S = 30.0  # ... or to hand over a child
 LAUNCHER_CPU_S = 600  # RLIMIT_CPU of a launcher (it forks and waits: ~1 ms of CPU per test)
+WALL_STEP_S = 0.25  # the shortest wait between two looks at a test's moved wall-clock deadline
 
 
 class ChildUnavailable(RuntimeError):
@@ -353,7 +356,8 @@ class JobServer:
         wall, budget = lim["wall"], lim["timeout"]
         t0 = time.monotonic()
         cpu = CpuBudget(kid.pid, budget)  # the launcher's clock until the test process starts (it compiles first)
-        buf, current, deadline, cpu_due = bytearray(), start, t0 + wall, math.inf
+        clock = WallClock(wall, t0, kid.pid)  # likewise: the launcher's run-queue wait, then the test process's
+        buf, current, deadline, cpu_due = bytearray(), start, clock.deadline(), math.inf
         timed_out = cpu_out = stopped = over_cap = is_ready = ended = False
         setup_error = None
         record_bytes = 0  # result-pipe bytes since the test began (bounded by the test's cap)
@@ -376,8 +380,14 @@ class JobServer:
                 ready = {self.cmd.fd}
             else:
                 if now >= deadline:
-                    timed_out = True
-                    break
+                    deadline = clock.deadline()  # later by the time the child waited for a CPU meanwhile
+                    if now >= deadline:
+                        timed_out = True
+                        break
+                    # the next look no sooner than WALL_STEP_S: the extensions of a program that waits and sleeps
+                    # shrink geometrically, and every look sends a message
+                    deadline = max(deadline, now + WALL_STEP_S)
+                    self.send({"op": "alive", "i": current})  # the supervisor's silence limit counts from here
                 ready = set(select.select(watch, [], [], min(deadline, cpu_due) - now)[0])
             if self.sock in ready:
                 self._drain()
@@ -404,6 +414,7 @@ class JobServer:
                             started = any_started = True
                             # the process's CPU from its release (its set-up before it is not the test's)
                             cpu = CpuBudget(rec["p"], budget - used, base=float(rec.get("c") or 0.0))
+                            clock.follow(rec["p"])
                             cpu_due = cpu.next_check(time.monotonic())
                             continue
                         if rec["s"] != "exit" or not started:
@@ -413,7 +424,9 @@ class JobServer:
                                **records.test_result(job["mode"], rec["w"], detail, kid.fds, caps[current])}
                         batch.append(protocol.encode(res))
                         current += 1
-                        t0, deadline, cpu_due = now, now + wall, math.inf
+                        t0, cpu_due = now, math.inf
+                        clock = WallClock(wall, t0, kid.pid)
+                        deadline = clock.deadline()
                         started, detail = False, None
                         if current >= n:
                             break
@@ -479,7 +492,8 @@ class JobServer:
         if setup_error:
             res.update(status="sandbox_error", error=f"sandbox setup failed: {setup_error}")
         elif timed_out:
-            res.update(status="timeout", error=f"wall-clock limit {wall:.1f} s")
+            res.update(status="timeout",
+                       error=f"wall-clock limit {wall:.1f} s (+ {clock.waited():.1f} s waiting for a CPU)")
         elif cpu_out:
             res.update(status="timeout", error=f"CPU time limit {budget:g} s")
         elif over_cap:

@@ -26,6 +26,8 @@ Protocol (JSON lines; supervisor -> worker on the Popen stdin, worker -> supervi
      ("uid": the sandbox uid of this job's children, within cfg ["uid", "uid_max"])
   <- {"op": "result", "i", "status", "stdout"|"value", "error", "time"}   per test, streamed (from M)
   <- {"op": "await", "next": k}   a child ended and tests remain   -> {"op": "next"} | {"op": "stop"}
+  <- {"op": "alive", "i": k}      test k passed its plain wall-clock limit while it waited for a CPU: its deadline
+                                  moved later (sandbox/wall_clock.py); the supervisor keeps waiting
   -> {"op": "stop"}               at any time: kill the running child, clean up
   <- {"op": "done", "cleanup": str|None}
 Statuses: ok, exception, memory, timeout, output_limit, compile_error, unserialisable, signal, sandbox_error.
