@@ -53,11 +53,20 @@ def _ray_actor_class(path: str, base: str | None = None) -> Check:
 _TRAINER = "openrlhf.trainer.ppo_trainer"
 _MAKER = "openrlhf.trainer.ppo_utils.experience_maker:RemoteExperienceMaker"
 
-#: every OpenRLHF internal the adapter uses, with where it is used
-CHECKS: tuple[Check, ...] = (
-    # launcher (microcoder_ext.openrlhf.launcher): argparse lives under __main__ of train_ppo_ray, run via runpy
+#: what reading a launch's arguments relies on: train_ppo_ray's argparse lives under its ``__main__`` (run with runpy),
+#: hands the parsed namespace to ``hierarchize`` (wrapped to catch it) and then calls ``train()``, whose first
+#: ``ray.is_initialized()`` (wrapped to stop there) comes before Ray or any actor starts (the launcher's dry run,
+#: ``microcoder smoke openrlhf``'s parse, checked by :func:`check_launch_parsing` before either wraps them)
+LAUNCH_PARSING: tuple[Check, ...] = (
     _exists("openrlhf.utils.config:hierarchize"),
     _source_has("openrlhf.utils.config:hierarchize", "SimpleNamespace", "builds nested SimpleNamespace args"),
+    _source_has("openrlhf.cli.train_ppo_ray:train", "if not ray.is_initialized():",
+                "starts Ray only if it is not initialised (and keeps the cluster the CPU runner started)"),
+)
+
+#: every OpenRLHF internal the adapter uses, with where it is used
+CHECKS: tuple[Check, ...] = LAUNCH_PARSING + (
+    # launcher (microcoder_ext.openrlhf.launcher): argparse lives under __main__ of train_ppo_ray, run via runpy
     _exists("openrlhf.utils:get_strategy"),
     # trainer subclass: unwrap OpenRLHF's Ray actor class, override train_step and the checkpoint hooks
     _ray_actor_class(f"{_TRAINER}:PPOTrainer", f"{_TRAINER}:BasePPOTrainer"),
@@ -141,9 +150,7 @@ VLLM_ROUTING_CHECKS: tuple[Check, ...] = (
 #: drives its vLLM engines and sends them the weights, the ``torch.cuda`` calls it makes CPU-safe, and DeepSpeed's
 #: CPU accelerator (with :data:`VLLM_ROUTING_CHECKS`). Not part of :data:`CHECKS`: a GPU run never needs them.
 CPU_BACKEND_CHECKS: tuple[Check, ...] = VLLM_ROUTING_CHECKS + (
-    # Ray: train() keeps the cluster the CPU runner started (logical GPUs, the worker setup hook)
-    _source_has("openrlhf.cli.train_ppo_ray:train", "if not ray.is_initialized():",
-                "starts Ray only if it is not initialised"),
+    # Ray: train() keeps the cluster the CPU runner started (logical GPUs, the worker setup hook): LAUNCH_PARSING
     # the vLLM engines OpenRLHF builds and drives
     _source_has("openrlhf.trainer.ray.vllm_engine:create_vllm_engines",
                 ['"seed": seed + i', '"dtype": "bfloat16"', '"enable_sleep_mode": vllm_enable_sleep',
@@ -209,6 +216,11 @@ def check_openrlhf() -> str:
     Returns the installed OpenRLHF version.
     """
     return require_internals("openrlhf", "OpenRLHF", problems(), OpenRLHFInternalsError)
+
+
+def check_launch_parsing() -> str:
+    """:data:`LAUNCH_PARSING`, all problems at once; returns the installed OpenRLHF version."""
+    return require_internals("openrlhf", "OpenRLHF", problems(LAUNCH_PARSING), OpenRLHFInternalsError)
 
 
 def check_vllm_routing() -> str:

@@ -218,10 +218,14 @@ def parse_launch(launch: Sequence[str]) -> tuple[str, Any, Any]:
 
 
 def _parse_plain(launch: list[str]) -> Any:
-    """train_ppo_ray's own argparse + validation (runpy, stopped at train()'s first ``ray.is_initialized()``)."""
+    """train_ppo_ray's own argparse + validation (runpy, stopped at train()'s first ``ray.is_initialized()``);
+    the guard's checks of both first (:func:`microcoder_ext.openrlhf.guard.check_launch_parsing`)."""
     import openrlhf.utils.config as openrlhf_config
     import ray
 
+    from microcoder_ext.openrlhf import guard
+
+    guard.check_launch_parsing()  # before hierarchize and ray.is_initialized are wrapped (exit 1, naming them)
     captured: dict = {}
     original_hierarchize, original_is_initialized = openrlhf_config.hierarchize, ray.is_initialized
 

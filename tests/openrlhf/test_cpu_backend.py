@@ -150,7 +150,7 @@ FAILING_GUARD = """
     import openrlhf.utils.distributed_util as du
     from microcoder_ext.openrlhf import cpu
     def torch_dist_barrier_and_cuda_sync():
-        pass  # changed upstream: no torch.cuda.synchronize() call any more
+        pass  # changed upstream: no device synchronisation any more
     du.torch_dist_barrier_and_cuda_sync = torch_dist_barrier_and_cuda_sync
     cuda_before = {n: getattr(torch.cuda, n) for n in torch_cuda.NAMES}
     group_before = du.stateless_init_process_group

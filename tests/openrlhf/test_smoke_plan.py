@@ -165,6 +165,29 @@ def test_the_cli_checks_the_launch_before_ray(tmp_path, launch, reason):
     assert cpu_seconds() - cpu0 < 60  # CPU seconds, which a loaded machine does not add to
 
 
+def test_a_changed_internal_stops_the_parse_before_anything_is_wrapped(tmp_path, monkeypatch):
+    """The parse of a plain train_ppo_ray launch wraps OpenRLHF's ``hierarchize`` and ``ray.is_initialized`` for its
+    duration: an OpenRLHF whose ``hierarchize`` changed stops it first with the guard's error (exit 1 in the CLI),
+    and neither is ever replaced."""
+    import openrlhf.utils.config as openrlhf_config
+    import ray
+
+    from microcoder_ext.openrlhf.guard import OpenRLHFInternalsError
+
+    def hierarchize(namespace):  # changed upstream: returns the flat namespace
+        return namespace
+
+    monkeypatch.setattr(openrlhf_config, "hierarchize", hierarchize)
+    is_initialized, parsed = ray.is_initialized, []
+    # the parse itself (train_ppo_ray run as __main__), which runs while the two are wrapped: never reached
+    monkeypatch.setattr(smoke.runpy, "run_module", lambda *a, **k: parsed.append(openrlhf_config.hierarchize))
+    with pytest.raises(OpenRLHFInternalsError, match="hierarchize builds nested SimpleNamespace args"):
+        smoke.plan(["--rollout.n_samples_per_prompt", "2", "--algo.advantage.estimator", "group_norm",
+                    "--reward.remote_url", REWARD, "--vllm.num_engines", "1"], SmokeOptions(), tmp_path)
+    assert parsed == [] and openrlhf_config.hierarchize is hierarchize and ray.is_initialized is is_initialized
+    assert not (tmp_path / "data").exists()
+
+
 def test_a_launch_the_launcher_refuses_exits_2_with_its_message_before_the_model(tmp_path):
     """``--train.async_enable`` with ``--mc.preset microcoder`` (OpenRLHF would build its async trainer, not ours):
     the launcher's refusal on stderr, exit 2, no model built, no data written, nothing started."""
