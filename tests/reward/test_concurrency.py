@@ -169,18 +169,18 @@ def test_waiters_in_one_process_get_slots_released_by_another_thread(tmp_path):
     s = NodeSlots(1, str(tmp_path / "slots"))
     k = s.acquire(1)
     got = []
-    waiters = [threading.Thread(target=lambda: got.append(s.acquire(5))) for _ in range(3)]
+    waiters = [threading.Thread(target=lambda: got.append(s.acquire(120))) for _ in range(3)]  # far above a load
     for t in waiters:
         t.start()
     for _ in range(3):  # each release goes to exactly one waiting thread
         s.release(k)
-        deadline = time.monotonic() + 5
+        deadline = time.monotonic() + 60  # polled: a bound far above a loaded machine's
         while s.held() == 0 and time.monotonic() < deadline:
             time.sleep(0.005)
         assert s.held() == 1
         k = 0
     for t in waiters:
-        t.join(5)
+        t.join(120)
     assert got == [0, 0, 0]
 
 

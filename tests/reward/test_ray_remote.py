@@ -120,7 +120,7 @@ def _score_in_actors_then_shut_down(env, tmp_root, slots_dir):
         assert 1 <= len(leaders) <= 2, leaders  # lazy: at most one worker per (single-threaded) actor
     finally:
         ray.shutdown()
-    deadline = time.monotonic() + 15
+    deadline = time.monotonic() + 120  # polled: a bound far above a loaded machine's
     left = _our_processes(tmp_root, UID_BASE, UID_BASE + 2)
     while left and time.monotonic() < deadline:
         time.sleep(0.2)

@@ -249,7 +249,7 @@ def test_hanging_service_is_bounded(fake_sf):
     t0 = time.monotonic()
     r = evaluate_response(f"```python\n{SUM}\n```", json.dumps({"inputs": ["1 2\n"], "outputs": ["3\n"]}), engine=eng)
     assert r.verdict == V.SANDBOX_ERROR, r.detail
-    assert time.monotonic() - t0 < 30
+    assert time.monotonic() - t0 < 120  # the request's bound is ~2 s: far above a loaded machine's, far below a hang
 
 
 def test_unreachable_service_is_a_sandbox_error():
