@@ -23,6 +23,7 @@ import pytest
 
 from microcoder_ext.verl.launch_guard import ENTRY_POINT_ENV, MAIN_PPO, entry_point, launch_refusal
 from microcoder_ext.verl.recipes import compose_many
+from host_load import hang_guard
 
 pytestmark = pytest.mark.verl
 
@@ -116,7 +117,7 @@ def launched(tmp_path_factory):
     cases = [(m, argv) for m, argv, _ in CASES]
     env = {k: v for k, v in os.environ.items() if k not in ("VERL_PLATFORM", ENTRY_POINT_ENV)}
     proc = subprocess.run([sys.executable, "-c", DRIVER, json.dumps(cases)], capture_output=True, text=True,
-                          cwd=cwd, env=env, timeout=900)
+                          cwd=cwd, env=env, timeout=hang_guard(900))
     lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULTS ")]
     assert lines, f"driver failed (exit {proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
     return json.loads(lines[-1][len("RESULTS "):])
@@ -143,7 +144,7 @@ def test_the_real_command_line_stops_before_ray(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "VERL_PLATFORM"}
     t0 = time.monotonic()
     proc = subprocess.run([sys.executable, "-m", MAIN_PPO, "+recipe=microcoder", "trainer.use_v1=false"],
-                          capture_output=True, text=True, cwd=tmp_path, env=env, timeout=600)
+                          capture_output=True, text=True, cwd=tmp_path, env=env, timeout=hang_guard(600))
     seconds = time.monotonic() - t0
     print(f"refused after {seconds:.1f} s (mostly importing verl)")
     assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-4000:]
