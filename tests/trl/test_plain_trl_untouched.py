@@ -22,6 +22,7 @@ from trl import GRPOTrainer
 from microcoder_ext.trl.config import PRESET_ATTR, PRESETS, microcoder_grpo_config
 from microcoder_ext.trl.reward import CodeReward
 from microcoder_ext.trl.trainer import MicrocoderGRPOTrainer
+from host_load import hang_guard
 
 _spec = importlib.util.spec_from_file_location("trl_conftest", Path(__file__).with_name("conftest.py"))
 _c = importlib.util.module_from_spec(_spec)
@@ -79,7 +80,7 @@ SCRIPT = textwrap.dedent("""
 def _stock_step(model_dir: Path, out: Path, build_presets: bool) -> dict:
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "CUDA_VISIBLE_DEVICES": ""}
     proc = subprocess.run([sys.executable, "-c", SCRIPT, str(model_dir), str(out), "presets" if build_presets else "-"],
-                          capture_output=True, text=True, env=env, timeout=900)
+                          capture_output=True, text=True, env=env, timeout=hang_guard(900))
     lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
     assert proc.returncode == 0 and lines, proc.stdout[-2000:] + proc.stderr[-4000:]
     return json.loads(lines[-1][len("RESULT "):])
