@@ -375,7 +375,7 @@ def test_smoke_exits_2_with_the_launch_guards_message_before_building_the_model(
     work, cache = tmp_path / "work", tmp_path / "cache"
     env = {k: v for k, v in os.environ.items() if k != "VERL_PLATFORM"}
     proc = subprocess.run([sys.executable, "-m", "microcoder_ext.cli", "smoke", "--workdir", str(work), "verl",
-                           "+recipe=microcoder", override], capture_output=True, text=True, timeout=600,
+                           "+recipe=microcoder", override], capture_output=True, text=True, timeout=hang_guard(600),
                           env={**env, "MICROCODER_CACHE": str(cache)})
     assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-3000:]
     assert f"error: {REFUSED}: {says}" in proc.stderr

@@ -478,12 +478,12 @@ def test_registering_while_another_thread_executes_the_module(make_module):
         lazy.register_when_imported(name, lambda m: calls.append(("early", m.VALUE)), key="early")
         t = threading.Thread(target=importlib.import_module, args=(name,))
         t.start()
-        assert gate.started.wait(10)
+        assert gate.started.wait(120)  # far above a loaded machine's thread start
         # registered while the body runs (wrapped execution): runs at its end, in the importing thread
         lazy.register_when_imported(name, lambda m: calls.append(("late", m.VALUE)), key="late")
         assert calls == []
         gate.release.set()
-        t.join(10)
+        t.join(120)
         assert sorted(calls) == [("early", 3), ("late", 3)]
     finally:
         gate.release.set()
@@ -508,11 +508,11 @@ def test_registering_while_an_unhooked_import_is_running_waits_for_it(make_modul
     try:
         t = threading.Thread(target=importlib.import_module, args=(name,))
         t.start()
-        assert gate.started.wait(10)
+        assert gate.started.wait(120)  # far above a loaded machine's thread start
         threading.Timer(0.3, gate.release.set).start()
         lazy.register_when_imported(name, lambda m: calls.append(m.VALUE), key="k")  # blocks until the body ends
         assert calls == [4]
-        t.join(10)
+        t.join(120)
         assert calls == [4]
     finally:
         gate.release.set()
