@@ -128,3 +128,56 @@ def test_a_failure_report_names_the_load_and_what_a_timed_out_child_wrote(tmp_pa
     assert out.count("host at failure") == 2, out
     assert out.count(" per core") == 2 and "GB available" in out
     assert "a child outlived its hang guard of " in out and "child started" in out
+
+
+FAKE_PYTHON = r"""#!/bin/bash
+# a stand-in interpreter for run_all.sh's scheduling only: it builds "venvs", installs nothing and runs no test;
+# every venv build and every lane appends "<start|end> <epoch ns> <what>" to $FAKE_EVENTS
+venv=$(basename "$(dirname "$(dirname "$0")")")
+now() { date +%s%N; }
+case "$1 $2" in
+  "-m venv") echo "start $(now) build:$(basename "$3")" >>"$FAKE_EVENTS"; mkdir -p "$3/bin"; cp "$0" "$3/bin/python" ;;
+  "-m pip")
+    case "$*" in
+      *--no-deps*-e*) if [ -f "$(dirname "$0")/../building" ]; then rm "$(dirname "$0")/../building"
+                        echo "end $(now) build:$venv" >>"$FAKE_EVENTS"; fi ;;
+      *install\ --help*) ;;
+      *) touch "$(dirname "$0")/../building"; sleep "$FAKE_BUILD_S" ;;
+    esac ;;
+  "-m pytest") echo "start $(now) lane:$venv" >>"$FAKE_EVENTS"; sleep "$FAKE_LANE_S"
+               echo "end $(now) lane:$venv" >>"$FAKE_EVENTS"; echo "1 passed" ;;
+  *) exec python3 "$@" ;;
+esac
+"""
+
+
+def test_venv_builds_and_lanes_share_the_slots_and_the_main_suites_go_first(tmp_path):
+    """run_all.sh itself, its interpreter a stand-in that only sleeps (FAKE_PYTHON; OpenRLHF's venv build runs
+    DeepSpeed, so its suite is left out): on a fresh cache, with 3 slots,
+    at no moment do more than 3 venv builds and lanes run; every main lane starts before any release lane; every
+    lane runs once; a release venv is built only while a slot stays free for each main venv not ready yet."""
+    fake = tmp_path / "python"
+    fake.write_text(FAKE_PYTHON)
+    fake.chmod(0o755)
+    events = tmp_path / "events"
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "PYTHON": str(fake), "MICROCODER_CACHE": str(tmp_path / "c"),
+           "SUITES": "verl trl verl-0.9.0 trl-1.15.0", "TEST_JOBS": "3", "FAKE_EVENTS": str(events),
+           "FAKE_BUILD_S": "1", "FAKE_LANE_S": "1", "LOAD_SAMPLE_S": "1", "TEST_LOGS": str(tmp_path / "logs"),
+           "MICROCODER_TEST_MEMORY_DIR": str(tmp_path), "MICROCODER_TEST_MEMORY_GB": "16"}
+    proc = subprocess.run(["bash", str(RUN_ALL)], cwd=ROOT, env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    rows = [line.split() for line in events.read_text().splitlines()]  # (start | end, ns, build: | lane: venv)
+    running = peak = 0
+    for kind, _, _ in sorted(rows, key=lambda r: (int(r[1]), r[0] == "start")):  # an end before a start at a tie
+        running += 1 if kind == "start" else -1
+        peak = max(peak, running)
+    assert peak <= 3, rows
+    suite = {w: w.split(":")[1][len("venv-"):].rsplit("-", 1)[0] for _, _, w in rows}  # venv-NAME-KEY -> NAME
+    lanes = [(int(t), suite[w]) for k, t, w in rows if k == "start" and w.startswith("lane:")]
+    main = sorted(t for t, name in lanes if not any(c.isdigit() for c in name))
+    release = [t for t, name in lanes if any(c.isdigit() for c in name)]
+    assert len(main) == 6 and len(release) == 2, lanes  # verl: 5 lanes (the host lane alone, at the end), TRL 1
+    assert main[-2] < min(release), lanes  # every main lane but the solo one starts before any release lane
+    builds = sorted(suite[w] for k, _, w in rows if k == "start" and w.startswith("build:"))
+    assert builds == ["trl", "trl-1.15.0", "verl", "verl-0.9.0"], builds  # each venv built once (a fresh cache)
+    assert "peak load" in proc.stderr and "verl-host" in proc.stderr.split("lanes:")[-1]
