@@ -146,7 +146,7 @@ case "$1 $2" in
     esac ;;
   "-m pytest") echo "start $(now) lane:$venv" >>"$FAKE_EVENTS"; sleep "$FAKE_LANE_S"
                echo "end $(now) lane:$venv" >>"$FAKE_EVENTS"; echo "1 passed" ;;
-  *) exec python3 "$@" ;;
+  *) exec __PYTHON__ "$@" ;;  # the real interpreter of this test: run_all.sh's own -c scripts
 esac
 """
 
@@ -157,7 +157,7 @@ def test_venv_builds_and_lanes_share_the_slots_and_the_main_suites_go_first(tmp_
     at no moment do more than 3 venv builds and lanes run; every main lane starts before any release lane; every
     lane runs once; a release venv is built only while a slot stays free for each main venv not ready yet."""
     fake = tmp_path / "python"
-    fake.write_text(FAKE_PYTHON)
+    fake.write_text(FAKE_PYTHON.replace("__PYTHON__", sys.executable))
     fake.chmod(0o755)
     events = tmp_path / "events"
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "PYTHON": str(fake), "MICROCODER_CACHE": str(tmp_path / "c"),
