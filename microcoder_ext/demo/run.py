@@ -60,7 +60,7 @@ class DemoSettings:
     val_temperature: float = 1.0
     threads: int = 2  #: torch threads per process (the phases of a sync step do not overlap: both cores for each)
     output_dir: str = "demo-out"
-    timeout: float | None = 1800.0
+    timeout: float | None = 3600.0  #: a hang guard far above the 7-minute run on a loaded machine (make test)
     verbose: bool = False
 
     def __post_init__(self):
