@@ -127,7 +127,7 @@ def _masks(flow, cfg, step, reverse=False):
 
 def test_coins_are_per_step_and_resume_safe(flow):
     cfg = MaskConfig(rho=0.5, m=M, seed=3)
-    runs = {s: _masks(flow, cfg, s) for s in range(12)}  # 12 steps: one eligible row gets the same coin side at all of them with probability 2 / 4096
+    runs = {s: _masks(flow, cfg, s) for s in range(12)}  # one eligible row: all alike w.p. 2/4096
     resumed = MaskConfig(rho=0.5, m=M, seed=3)  # a fresh config after a restart, same step numbers
     for s in (2, 5):
         assert _masks(flow, resumed, s) == runs[s]

@@ -138,7 +138,7 @@ def test_coins_come_from_the_step_the_trainer_sets(flow):
     maker = flow.maker()
     hook = install_truncation_mask(maker, cfg, flow.args)
     seen = set()
-    for step in range(12):  # 12 steps: one eligible row gets the same coin side at all of them with probability 2 / 4096
+    for step in range(12):  # one eligible row: all alike w.p. 2/4096
         hook.step = step
         via_hook = maker.compute_advantages_and_returns(flow.batches())
         direct = flow.maker().compute_advantages_and_returns(flow.batches())
