@@ -26,7 +26,8 @@ def masked_at_rho_1(verdict, truncated, repeating, mode="non_incorrect"):
 
 
 def per_sample(batches, fn):
-    """``fn(batch, row)`` for every sample of OpenRLHF ``Experience`` micro batches, in rollout order (``exp.index``)."""
+    """``fn(batch, row)`` for every sample of OpenRLHF ``Experience`` micro batches, in rollout order
+    (``exp.index``)."""
     out = {}
     for b in batches:
         for j, i in enumerate(b.index):

@@ -90,8 +90,9 @@ def test_set_actor_temperature_needs_a_model():
 
 # ------------------------------------------------------------------------------------ refusals (no Ray needed)
 def _init(args, **generate_kwargs):
-    return mc_trainer.MicrocoderPPOTrainer(args.actor.model_name_or_path, DeepspeedStrategy(args=args), None, None, None, None, None,
-                      **({"temperature": args.rollout.temperature} | generate_kwargs))
+    return mc_trainer.MicrocoderPPOTrainer(args.actor.model_name_or_path, DeepspeedStrategy(args=args), None, None,
+                                           None, None, None,
+                                           **({"temperature": args.rollout.temperature} | generate_kwargs))
 
 
 def test_refuses_to_start_without_the_launcher(cli, files, reward_files):
