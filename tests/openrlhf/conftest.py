@@ -199,12 +199,33 @@ class RolloutEngine:
         self.loop.close()
 
 
+_ENGINE: dict = {}  # "engine": the session's RolloutEngine; "last": node id of the last test that uses it
+
+
 @pytest.fixture(scope="session")
 def rollout_engine(tiny_model):
-    """One :class:`RolloutEngine` for the session, scoring with ``reward_fns/openrlhf_reward.py``."""
-    engine = RolloutEngine(tiny_model.path, str(REWARD_FILES["reward_fns"]))
-    yield engine
-    engine.close()
+    """One :class:`RolloutEngine` for the session, scoring with ``reward_fns/openrlhf_reward.py``; closed right after
+    the last collected test that uses it (its memory is not held through the rest of the lane)."""
+    if "engine" not in _ENGINE:
+        _ENGINE["engine"] = RolloutEngine(tiny_model.path, str(REWARD_FILES["reward_fns"]))
+    yield _ENGINE["engine"]
+    _close_engine()
+
+
+def _close_engine() -> None:
+    engine = _ENGINE.pop("engine", None)
+    if engine is not None:
+        engine.close()
+
+
+def pytest_collection_modifyitems(items):
+    users = [item.nodeid for item in items if "rollout_engine" in getattr(item, "fixturenames", ())]
+    _ENGINE["last"] = users[-1] if users else None
+
+
+def pytest_runtest_teardown(item, nextitem):
+    if item.nodeid == _ENGINE.get("last"):
+        _close_engine()
 
 
 def bundled_requests(tokenizer, k: int, split: str = "train") -> list[tuple[str, str]]:
