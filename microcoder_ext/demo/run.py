@@ -27,8 +27,12 @@ from pathlib import Path
 from typing import Any, Callable
 
 from microcoder_ext.eval.learning import summarize
+from microcoder_ext.verl.request_seeds import OVERRIDE as REQUEST_SEEDS
 
 RECIPES = ("microcoder", "grpo_baseline", "dapo_baseline", "microcoder_mask_only")
+#: the recipes whose agent loop and trainer (microcoder_single_turn, microcoder_sync) seed each vLLM request and keep
+#: each step's rows in submission order (microcoder_ext.verl.request_seeds): their runs repeat for a seed
+SEEDED_RECIPES = ("microcoder", "microcoder_mask_only")
 A = "actor_rollout_ref"
 #: what the report reads from verl's metrics, per training step
 TRAIN_METRICS = {
@@ -115,7 +119,7 @@ def launch(s: DemoSettings, model_path: str, train: Path, val: Path) -> list[str
         "trainer.save_freq=-1",
         "trainer.project_name=microcoder_demo",
         f"trainer.experiment_name={s.recipe}_seed{s.seed}",
-    ]
+    ] + ([REQUEST_SEEDS] if s.recipe in SEEDED_RECIPES else [])
 
 
 def heldout_pass_rates(metrics: dict[int, dict]) -> list[dict]:

@@ -204,7 +204,7 @@ def engine_weights(model, dtype=None) -> dict:
 
 def record_requests() -> None:
     """Wrap ``AsyncLLM.generate`` (this process) to record one ``generate`` evidence event per finished request:
-    ``temperature``, ``top_p``, ``top_k``, ``max_tokens``, ``logprobs`` as vLLM received them, ``finish``
+    ``temperature``, ``top_p``, ``top_k``, ``max_tokens``, ``logprobs``, ``seed`` as vLLM received them, ``finish``
     (vLLM's ``finish_reason``), ``tokens``, ``started`` (Unix time the request reached vLLM; ``t`` is when it
     finished), and the fields of :data:`REQUEST_FIELDS` (``engine``, ``version``) and of
     :data:`REQUEST_EXTRAS`. Idempotent."""
@@ -234,7 +234,7 @@ def record_requests() -> None:
                     "generate", **{"engine": None, "version": None, **fields}, request=str(request_id),
                     temperature=float(sampling_params.temperature), top_p=float(sampling_params.top_p),
                     top_k=int(sampling_params.top_k), max_tokens=sampling_params.max_tokens,
-                    logprobs=sampling_params.logprobs,
+                    logprobs=sampling_params.logprobs, seed=sampling_params.seed,
                     finish=None if first is None else first.finish_reason,
                     tokens=None if first is None else len(first.token_ids), started=started)
 

@@ -12,6 +12,9 @@ TransferQueue), and this loop writes the value into ``sampling_params["temperatu
 * greedy requests (``temperature == 0``, e.g. ``__do_sample__=False``): untouched;
 * else a copy of the params with the step temperature (verl shares one dict between the ``n`` samples).
 
+With ``actor_rollout_ref.rollout.custom.microcoder_request_seeds=true`` it also gives each request its own vLLM
+``seed`` (:mod:`microcoder_ext.verl.request_seeds`): training and validation samples then repeat from run to run.
+
 Registered as ``microcoder_single_turn`` by :func:`register_agent_loop`, which ``microcoder_ext.verl.trainer`` hooks
 (:mod:`microcoder_ext.verl.lazy`) on ``verl.experimental.agent_loop``: every process that runs verl's v1 agent
 loops imports ``verl.trainer.ppo.v1`` (``AgentLoopWorkerTQ`` lives there), whose import registers our trainer
@@ -25,6 +28,7 @@ from typing import Any
 from verl.experimental.agent_loop.agent_loop import _agent_loop_registry, register
 from verl.experimental.agent_loop.single_turn_agent_loop import SingleTurnAgentLoop
 
+from microcoder_ext.verl.request_seeds import request_seed, seeded
 from microcoder_ext.verl.temperature import AGENT_LOOP_NAME, TEMPERATURE_FIELD
 
 
@@ -40,11 +44,17 @@ def apply_step_temperature(sampling_params: dict[str, Any], temperature: Any) ->
 
 
 class MicrocoderSingleTurnAgentLoop(SingleTurnAgentLoop):
-    """:class:`SingleTurnAgentLoop` with the per-step temperature applied to the sampling params."""
+    """:class:`SingleTurnAgentLoop` with the per-step temperature (and, when asked for, a per-request seed) applied to
+    the sampling params."""
 
     async def run(self, sampling_params: dict[str, Any], **kwargs) -> Any:
         temperature = kwargs.pop(TEMPERATURE_FIELD, None)
-        return await super().run(apply_step_temperature(sampling_params, temperature), **kwargs)
+        params = apply_step_temperature(sampling_params, temperature)
+        if seeded(self.rollout_config):
+            params = {**params, "seed": request_seed(self.rollout_config.seed, kwargs.get("global_steps", 0),
+                                                     kwargs.get("index", 0), kwargs.get("session_id", 0),
+                                                     kwargs.get("raw_prompt"))}
+        return await super().run(params, **kwargs)
 
 
 def register_agent_loop(module=None) -> None:

@@ -35,6 +35,8 @@ CHECKS = [
                  "returns the prompt TensorDict of a step (the per-row temperature column is added to it)"),
     I.signature(f"{SYNC}.on_step_begin", ["self"]),
     I.source_has(f"{BASE}.fit", "self.on_step_begin()", "calls on_step_begin at the start of every step"),
+    # overridden; with per-request seeds it first puts the rows in submission order (SEED_CHECKS)
+    I.signature(f"{SYNC}._balance_batch", ["self", "batch", "metrics", "logging_prefix", "keep_minibatch"]),
     # the temperature hand-off: the one config key verl reads for sampling and for every log-prob pass
     I.source_has(f"{BASE}._step_once",
                  'batch.extra_info["temperature"] = self.config.actor_rollout_ref.rollout.temperature',
@@ -54,12 +56,30 @@ CHECKS = [
     I.exists("verl.utils.checkpoint.checkpoint_manager:find_latest_ckpt_path"),
 ]
 
+#: what per-request seeds (``rollout.custom.microcoder_request_seeds``, :mod:`microcoder_ext.verl.request_seeds`) rely
+#: on besides :data:`CHECKS`; checked only when they are asked for (the vLLM server module imports vLLM)
+SEED_CHECKS = [
+    I.source_has(f"{BASE}._step_once", "batch = self._balance_batch(batch",
+                 "reorders the step's rows once, before the log-prob passes, the advantages and the update"),
+    I.exists("transfer_queue:KVBatchMeta.reorder"),
+    I.source_has(f"{BASE}._fetch_one_gen_batch", 'batch_dict["uid"] = ',
+                 "gives each prompt of a drawn batch its uid (the first part of its rows' keys)"),
+    I.source_has("verl.trainer.ppo.v1.agent_loop_tq:AgentLoopWorkerTQ._agent_loop_postprocess",
+                 'keys.append(f"{uid}_{session_id}_{i}")', "names each row {uid}_{session_id}_{index}"),
+    I.source_has("verl.trainer.ppo.v1.agent_loop_tq:AgentLoopWorkerTQ._run_prompt", "session_id=i",
+                 "runs sample i of a prompt's group with session_id=i (the seed's sample number)"),
+    I.source_has("verl.workers.rollout.vllm_rollout.vllm_async_server:vLLMHttpServer.generate",
+                 "SamplingParams(max_tokens=max_tokens, **sampling_params)",
+                 "passes the agent loop's sampling params, a seed included, to vLLM's SamplingParams"),
+]
 
-def trainer_internal_problems() -> list[str]:
-    """One line per internal of :data:`CHECKS` that does not hold (empty: all hold)."""
-    return I.problems(CHECKS)
+
+def trainer_internal_problems(seeded: bool = False) -> list[str]:
+    """One line per internal of :data:`CHECKS` (and :data:`SEED_CHECKS` if ``seeded``) that does not hold (empty:
+    all hold)."""
+    return I.problems(CHECKS + (SEED_CHECKS if seeded else []))
 
 
-def check_trainer_internals() -> str:
+def check_trainer_internals(seeded: bool = False) -> str:
     """The installed verl version, or :class:`VerlTrainerInternalsChanged` naming every changed internal."""
-    return I.require_internals("verl", "verl", trainer_internal_problems(), VerlTrainerInternalsChanged)
+    return I.require_internals("verl", "verl", trainer_internal_problems(seeded), VerlTrainerInternalsChanged)

@@ -320,6 +320,11 @@ def _vllm_on_cpu(r: _Rewriter, samples_per_step: int) -> None:
           "on the CPU it is the share of RAM vLLM requires free; the KV cache is VLLM_CPU_KVCACHE_SPACE=1 GiB")
     if int(r.get(f"{R}.max_num_seqs") or 0) > 4 * samples_per_step:
         r.set(f"{R}.max_num_seqs", 4 * samples_per_step, "vLLM max_num_seqs", "the smoke's batch")
+    from microcoder_ext.verl.request_seeds import SWITCH
+
+    if r.get(f"{R}.custom.{SWITCH}") and r.get(f"{R}.enable_chunked_prefill") is not False:
+        r.set(f"{R}.enable_chunked_prefill", False, "vLLM chunked prefill", "per-request seeds: after a partial "
+              "prefill vLLM rewinds the request's generator by offset, which a CPU generator has not")
     if r.get(f"{R}.load_format") not in (None, "dummy"):
         r.set(f"{R}.load_format", "dummy", "vLLM load format", "the engine starts from random weights, so only "
               "verl's weight sync can make it serve the trainer's model")

@@ -54,6 +54,7 @@ from microcoder_ext.verl import temperature as mc_temp
 from microcoder_ext.verl.advantage_mask import compute_row_mask, reward_infos_from_rows
 from microcoder_ext.verl.guard import check_trainer_internals
 from microcoder_ext.verl.lazy import register_when_imported
+from microcoder_ext.verl.request_seeds import seeded, submission_order
 
 logger = logging.getLogger(__name__)
 
@@ -92,12 +93,18 @@ class MicrocoderSyncTrainer(PPOTrainerSync):
 
     def __init__(self, config, *args, **kwargs):
         check_trainer_internals()  # every verl internal this class relies on, before any worker starts
+        #: per-request seeds asked for (microcoder_ext.verl.request_seeds): rows in submission order, by prompt uid
+        self._mc_seeded = seeded(config.actor_rollout_ref.rollout)
+        if self._mc_seeded:
+            check_trainer_internals(seeded=True)
         self.mc_config = microcoder_config(config)
         temperature_cfg, notes = mc_temp.check_temperature_config(config, self.mc_config)
         self.mc_temperature = TemperatureController(temperature_cfg)
         for note in notes:
             _say(f"microcoder_sync: {note}")
         self._mc_step_temperature: float | None = None
+        self._mc_uid_rank: dict[str, int] = {}
+        self._mc_uids_submitted = 0
         # verl uses trainer_mode both as registry key and as the sync/async behaviour switch
         # (trainer_base.py:153 and others compare it to "sync"); the registry lookup is already done.
         with open_dict(config):
@@ -130,7 +137,20 @@ class MicrocoderSyncTrainer(PPOTrainerSync):
             # TransferQueue, and a per-row non-tensor field there slowed each actor pass by ~15 % (measured:
             # docs/benchmarks.md); float64 keeps T exact for the trainer's check
             batch[mc_temp.TEMPERATURE_FIELD] = torch.full((len(batch),), t, dtype=torch.float64)
+        if self._mc_seeded:
+            for uid in _as_list(batch["uid"]):
+                self._mc_uid_rank.setdefault(str(uid), self._mc_uids_submitted)
+                self._mc_uids_submitted += 1
         return batch
+
+    def _balance_batch(self, batch, metrics, *args, **kwargs):
+        """With per-request seeds: the step's rows in submission order (prompt, sample), not in the order they
+        finished, before verl's own balancing (which reorders deterministically from there)."""
+        if self._mc_seeded:
+            batch.reorder(submission_order(batch.keys, self._mc_uid_rank))
+            done = {key.rsplit("_", 2)[0] for key in batch.keys}
+            self._mc_uid_rank = {uid: r for uid, r in self._mc_uid_rank.items() if uid not in done}
+        return super()._balance_batch(batch, metrics, *args, **kwargs)
 
     # ------------------------------------------------------------------ advantages: mask, then diversity
 

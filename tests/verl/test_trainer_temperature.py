@@ -134,7 +134,7 @@ async def _generate(worker, batch):
         await asyncio.sleep(0)
 
 
-def _sampling_params_of_our_loop(monkeypatch, prompt, sampling_params):
+def _sampling_params_of_our_loop(monkeypatch, prompt, sampling_params, rollout_config):
     """What microcoder_single_turn hands to verl's SingleTurnAgentLoop.run for this prompt."""
     import asyncio
 
@@ -149,6 +149,7 @@ def _sampling_params_of_our_loop(monkeypatch, prompt, sampling_params):
 
     monkeypatch.setattr(SingleTurnAgentLoop, "run", fake_run)
     loop = object.__new__(MicrocoderSingleTurnAgentLoop)
+    loop.rollout_config = rollout_config  # as AgentLoopBase.__init__ sets it: the worker's actor_rollout_ref.rollout
     asyncio.run(loop.run(dict(sampling_params), **prompt))
     assert TEMPERATURE_FIELD not in seen["kwargs"]
     return seen["params"]
@@ -173,7 +174,7 @@ def _run_step(mc, step, monkeypatch, static_config=None, rows_temperature=None):
     pid = f"train-{uuid.uuid4().hex[:8]}"
     for p, (prompt, params, _) in enumerate(worker.recorded):
         assert prompt["agent_name"] == AGENT_LOOP_NAME
-        used = _sampling_params_of_our_loop(monkeypatch, prompt, params)
+        used = _sampling_params_of_our_loop(monkeypatch, prompt, params, worker.config.actor_rollout_ref.rollout)
         sampled.append(used["temperature"])
         for s in range(N):
             tokens = [1 + p, 2, 3, 1 + p, 2, 3, 1 + p, 2][: 4 + s]  # periodic: distinct4 < 1 for the long ones
@@ -260,7 +261,8 @@ def test_validation_and_greedy_requests_are_untouched(local_tq, monkeypatch):
     asyncio.run(_generate(worker, batch))
     prompt, params, _ = worker.recorded[0]
     val_t = mc.config.actor_rollout_ref.rollout.val_kwargs.temperature
-    assert _sampling_params_of_our_loop(monkeypatch, prompt, params)["temperature"] == val_t
+    rollout = worker.config.actor_rollout_ref.rollout
+    assert _sampling_params_of_our_loop(monkeypatch, prompt, params, rollout)["temperature"] == val_t
     greedy = {"temperature": 0, "top_p": 1.0}
     assert apply_step_temperature(greedy, 1.0) is greedy
     shared = {"temperature": 0.6}
