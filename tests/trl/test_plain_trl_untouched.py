@@ -60,9 +60,10 @@ SCRIPT = textwrap.dedent("""
     def reward_len(completions, **kwargs):
         return [float(len(c)) / 8.0 for c in completions]
 
-    args = GRPOConfig(output_dir=out + "/run", use_cpu=True, bf16=False, report_to="none", per_device_train_batch_size=4,
-                      num_generations=2, max_completion_length=8, max_steps=1, learning_rate=1e-2, logging_steps=1,
-                      save_strategy="no", seed=0, dataloader_num_workers=0, disable_tqdm=True)
+    args = GRPOConfig(output_dir=out + "/run", use_cpu=True, bf16=False, report_to="none",
+                      per_device_train_batch_size=4, num_generations=2, max_completion_length=8, max_steps=1,
+                      learning_rate=1e-2, logging_steps=1, save_strategy="no", seed=0, dataloader_num_workers=0,
+                      disable_tqdm=True)
     trainer = GRPOTrainer(model=model_dir, reward_funcs=[reward_len], args=args,
                           train_dataset=Dataset.from_list([{"prompt": f"p{i}:"} for i in range(4)]),
                           processing_class=AutoTokenizer.from_pretrained(model_dir))
