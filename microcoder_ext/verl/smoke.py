@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-from microcoder_ext.smoke import evidence
+from microcoder_ext import evidence
 from microcoder_ext.smoke.report import SmokeReport, StepRecord, Substitution
 from microcoder_ext.smoke.runner import EXIT_FAILED, EXIT_OK, SmokeOptions, SmokeUsageError
 from microcoder_ext.smoke.schedule import compress_stages
