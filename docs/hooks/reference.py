@@ -321,6 +321,9 @@ ENV_EXTRA = {
                                "in verl's weight-sync socket names ([vLLM on the CPU](vllm-cpu.md))",
     "MICROCODER_SMOKE_EVIDENCE": "set by `microcoder smoke` for the processes it starts (not for users)",
     "MICROCODER_OPENRLHF_CPU": "set by `microcoder smoke openrlhf`: activates the OpenRLHF CPU backend (not for users)",
+    "MICROCODER_OPENRLHF_CPU_CHECKED": "set by the OpenRLHF CPU backend in a smoke run's driver once its guard passed, "
+                                       "for its Ray workers (not for users): keyed to the installed OpenRLHF, "
+                                       "DeepSpeed and vLLM versions and the interpreter's prefix",
     "MICROCODER_OPENRLHF_CPU_SEED": "seed of the OpenRLHF CPU backend in a smoke run (default 0)",
     "MICROCODER_OPENRLHF_CPU_ENGINE_START": "OpenRLHF CPU backend: `perturbed` starts vLLM on weights that differ "
                                             "from the trainer's in every tensor (so only the weight sync can make it "
