@@ -228,16 +228,6 @@ def pytest_runtest_teardown(item, nextitem):
         _close_engine()
 
 
-def bundled_requests(tokenizer, k: int, split: str = "train") -> list[tuple[str, str]]:
-    """``(prompt, label)`` of the first ``k`` bundled problems as OpenRLHF reads them (``--data.apply_chat_template``,
-    the tests as JSON)."""
-    from microcoder_ext.smoke.data import bundled_problems
-
-    rows = [p.to_openrlhf_row() for p in bundled_problems(split)[:k]]
-    return [(tokenizer.apply_chat_template(r["prompt"], tokenize=False, add_generation_prompt=True), r["label"])
-            for r in rows]
-
-
 def sampling_params(args, seed=None):
     """``SamplingParams`` as ``SamplesGenerator._dispatch_prompts_to_vllm`` builds them
     (``openrlhf/trainer/ppo_utils/samples_generator.py``), plus a per-request ``seed`` when given."""

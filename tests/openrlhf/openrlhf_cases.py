@@ -54,6 +54,16 @@ def sample_facts(batches, m=M, repeat_check="block"):
     return [(v[0], t, bool(r)) for v, t, r in zip(verdicts, truncated, repeating)]
 
 
+def bundled_requests(tokenizer, k: int, split: str = "train") -> list[tuple[str, str]]:
+    """``(prompt, label)`` of the first ``k`` bundled problems as OpenRLHF reads them (``--data.apply_chat_template``,
+    the tests as JSON)."""
+    from microcoder_ext.smoke.data import bundled_problems
+
+    rows = [p.to_openrlhf_row() for p in bundled_problems(split)[:k]]
+    return [(tokenizer.apply_chat_template(r["prompt"], tokenize=False, add_generation_prompt=True), r["label"])
+            for r in rows]
+
+
 def make_flow(cli, reward_files, tiny_model, rollout_responses, make_generate_kwargs, *, prompts=PROMPTS,
               seeds=SEEDS, max_new=MAX_NEW, first=0, micro_batch=5):
     """Runs the rollout once (bundled problems ``first .. first + prompts``, one request per seed); ``flow.step()``
@@ -64,7 +74,6 @@ def make_flow(cli, reward_files, tiny_model, rollout_responses, make_generate_kw
     from openrlhf.trainer.ppo_utils.kl_controller import FixedKLController
     from openrlhf.trainer.ppo_utils.samples_generator import SamplesGenerator
 
-    from conftest import bundled_requests
 
     n = len(seeds)
     args = cli("--algo.advantage.estimator", "group_norm", "--rollout.n_samples_per_prompt", str(n),
