@@ -9,8 +9,8 @@
 #   bash tests/run_all.sh                 # all suites
 #   SUITES=verl bash tests/run_all.sh     # one suite (verl | openrlhf | trl | verl-0.9.0 | openrlhf-0.11.0 | openrlhf-0.11.1 | trl-1.15.0)
 #   bash tests/run_all.sh -k mask -x      # extra args go to pytest
-#   TEST_JOBS=1 bash tests/run_all.sh     # one lane or venv build at a time (default: 2 per core, at most one per
-#                                         # 3 GB of RAM: 4 on 2 cores and 24 GB; all: everything at once)
+#   TEST_JOBS=1 bash tests/run_all.sh     # one lane or venv build at a time (default: 3 per core, at most one per
+#                                         # 3 GB of RAM: 6 on 2 cores and 24 GB; all: everything at once)
 #   TEST_MEMORY_GB=12 bash tests/run_all.sh   # the real launches' shared memory budget (default: RAM less max(7 GB, 30 %))
 #
 # A suite runs as one or more lanes, each one pytest process; up to $TEST_JOBS lanes and venv builds run at once
@@ -33,10 +33,11 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 SUITES=${SUITES:-verl openrlhf trl verl-0.9.0 openrlhf-0.11.0 openrlhf-0.11.1 trl-1.15.0}
 . "$ROOT/compat/venv.sh"
 
-# default_jobs CORES MEM_MB -> lanes and venv builds at once: 2 per core (a real launch leaves the CPUs partly idle
-# while its processes start), at most one per 3 GB of RAM (a lane's pytest process and its children), at least 1
+# default_jobs CORES MEM_MB -> lanes and venv builds at once: 3 per core (a real launch leaves the CPUs partly idle
+# while its processes start; at 2 per core the TRL and demo lanes of a cached run on 2 cores waited 39 min for a
+# slot), at most one per 3 GB of RAM (a lane's pytest process and its children), at least 1
 default_jobs() {
-  local by_cpu=$(( $1 * 2 )) by_mem=$(( $2 / 3072 )) n
+  local by_cpu=$(( $1 * 3 )) by_mem=$(( $2 / 3072 )) n
   n=$(( by_cpu < by_mem ? by_cpu : by_mem ))
   echo $(( n < 1 ? 1 : n ))
 }
