@@ -242,16 +242,11 @@ def truncation_mask_components(
 
     One ``U(0, 1)`` is drawn for every row, masked or not, so the random stream does not depend on the data.
     """
-    validate_mask_args(rho, m, mode, repeat_check)
     if responses.dim() != 2:
         raise ValueError(f"responses must be (batch, max_len) token ids, got shape {tuple(responses.shape)}")
-    batch = responses.shape[0]
     lengths = torch.as_tensor(response_lengths, dtype=torch.long, device=responses.device).reshape(-1)
-    if lengths.numel() != batch or len(verdicts) != batch:
-        raise ValueError(
-            f"batch mismatch: responses {batch}, response_lengths {lengths.numel()}, verdicts {len(verdicts)}"
-        )
-    if batch and (lengths.min() < 0 or lengths.max() > responses.shape[1]):
+    # the arguments and the batch sizes are checked by compute_truncation_mask; a whole batch holds every token
+    if lengths.numel() and (lengths.min() < 0 or lengths.max() > responses.shape[1]):
         raise ValueError(f"response_lengths must lie in [0, {responses.shape[1]}] (responses.shape[1])")
     result, _ = compute_truncation_mask(responses, lengths, max_response_length, verdicts, rho, m, mode,
                                         repeat_check, generator, stop_token_ids)
