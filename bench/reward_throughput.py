@@ -13,7 +13,10 @@ its problem's tests, the same code and tests for both evaluators):
 Each workload runs twice: all-correct (reference solutions) and mixed (every other completion is the reference
 wrapped to be wrong ONLY on its LAST test).
 
-Evaluators: microcoder (``microcoder_ext.reward``, default engine, workers = cores); bare in-process (LeetCode only:
+Evaluators: microcoder (``microcoder_ext.reward``, default engine, workers = cores: call-based tests one process per
+completion, stdin tests one process per test); microcoder, process per test (LeetCode only: the same engine with
+``call_process="test"``, a fresh process for every call-based test, which is what the engine did before); bare
+in-process (LeetCode only:
 the same solution compiled, exec'd and called in this process with no sandbox and no process at all, results compared
 by the same comparison: the floor any evaluator has; and bare fork: a small pre-started process forks one child per
 completion that runs it with no sandbox layer (it pre-imports what our workers pre-import), the cost of process
@@ -22,7 +25,9 @@ slowdowns); verl prime_code as verl runs it
 by default (``default_compute_score`` -> ``prime_code.compute_score(continuous=True)``: one process for all tests,
 on a failure a re-run of only the FIRST 10 tests one by one; pass = score 1.0); prime_code strict
 (``continuous=False``: the first all-tests run only; verl 0.9.1 raises UnboundLocalError on failures, counted as 0).
-Reported: completions/s, tests/s (tests of the judged problems per second), p50/p99 latency per completion,
+Reported: completions/s, CPU ms per completion (this process and every descendant, the sandboxed processes included;
+/proc utime + stime of the living and of the reaped), tests/s (tests of the judged problems per second), p50/p99
+latency per completion,
 agreement with the labels, and peak memory: proportional set size (PSS) of this process plus all of its
 descendants, sampled every 20 ms (short-lived per-test children can be missed between samples) in a separate,
 untimed pass over the first ``--memory-items`` completions: reading every process's PSS walks its page tables
@@ -55,6 +60,7 @@ from pathlib import Path
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import reward_data as rd  # noqa: E402
 
+PER_TEST = "microcoder, process per test"
 BARE = "bare in-process (no sandbox)"
 BARE_FORK = "bare fork (no sandbox)"
 #: the "bare fork" reference: per request line {code, fn, inputs}, fork a child that runs the solution, answer one
@@ -197,23 +203,47 @@ class MemSampler:
 
 
 # --- measurement ---------------------------------------------------------------------------------------------
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def tree_cpu_s() -> float:
+    """CPU seconds used so far by this process and its descendants, reaped ones included (user + system time of
+    each living process and of the children it has reaped, /proc/<pid>/stat; the sandbox's fork server reaps every
+    sandboxed process, orphans included)."""
+    total = 0
+    for pid in [os.getpid()] + _descendants(os.getpid()):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                stat = f.read()
+            fields = stat[stat.rindex(")") + 2:].split()
+            total += sum(int(x) for x in fields[11:15])  # utime stime cutime cstime
+        except (OSError, ValueError):
+            pass
+    return total / _TICK
+
+
 def measure(fn, items) -> dict:
-    """One timed pass (no memory sampling: see the module docstring): total seconds, latencies, agreement."""
+    """One timed pass (no memory sampling: see the module docstring): total seconds, latencies, agreement, and the
+    CPU seconds of this process and all of its descendants over the pass."""
     lat, agree = [], 0
+    cpu0 = tree_cpu_s()
     t0 = time.perf_counter()
     for it in items:
         s = time.perf_counter()
         got = fn(it)
         lat.append(time.perf_counter() - s)
         agree += got == it["want"]
-    return {"total_s": time.perf_counter() - t0, "lat": lat, "agree": agree / len(items)}
+    total = time.perf_counter() - t0
+    return {"total_s": total, "lat": lat, "agree": agree / len(items), "cpu_s": tree_cpu_s() - cpu0}
 
 
 def summarize(passes: list[dict], items) -> dict:
     """The row of one evaluator from its timed passes: the median pass's throughput, latencies of all passes."""
     total = statistics.median(p["total_s"] for p in passes)
     lat = sorted(x for p in passes for x in p["lat"])
+    cpu = statistics.median(p["cpu_s"] for p in passes)
     return {"completions_s": len(items) / total, "tests_s": sum(it["n"] for it in items) / total,
+            "cpu_ms": 1000 * cpu / len(items),
             "p50_ms": 1000 * statistics.median(lat), "p99_ms": 1000 * lat[min(len(lat) - 1, int(0.99 * len(lat)))],
             "total_s": total, "totals_s": [p["total_s"] for p in passes], "agree": min(p["agree"] for p in passes),
             "n": len(items)}
@@ -342,6 +372,20 @@ def main() -> int:
             infra.append(f"{it['id']}: {r.detail[:200]}")
         return r.score == 1.0
 
+    per_test_engine = None
+
+    def ours_per_test(it):
+        """Ours with ``call_process="test"``: every call-based test in a fresh process (the engine before
+        one process per submission)."""
+        nonlocal per_test_engine
+        if per_test_engine is None:
+            per_test_engine = Engine(EngineConfig(timeout=5.0, call_process="test"))
+            per_test_engine.warmup()
+        r = evaluate_response(f"```python\n{it['code']}\n```", it["ours"], engine=per_test_engine)
+        if r.verdict == "sandbox_error":
+            infra.append(f"{it['id']} (a process per test): {r.detail[:200]}")
+        return r.score == 1.0
+
     def bare_in_process(it):
         """The floor: the same solution run in this process, no sandbox, no process, no pipe: compile, exec,
         one call per test, results compared with the same comparison as ours (unsafe: reference only)."""
@@ -387,7 +431,8 @@ def main() -> int:
     rows = []
     for wl, correct, mutants in workloads:
         for mode, items in (("all-correct", correct), ("mixed: half wrong on LAST test", mixed(correct, mutants))):
-            extra = [(BARE, bare_in_process), (BARE_FORK, bare_fork)] if wl.startswith("leetcode") else []
+            extra = ([(PER_TEST, ours_per_test), (BARE, bare_in_process), (BARE_FORK, bare_fork)]
+                     if wl.startswith("leetcode") else [])
             passes = {ev: [] for ev, _ in evaluators + extra}
             for rep in range(args.repeats):
                 for ev, fn in evaluators + extra:
@@ -404,6 +449,8 @@ def main() -> int:
                 r.update(mem, workload=wl, mode=mode, evaluator=ev)
                 rows.append(r)
     engine.close()
+    if per_test_engine is not None:
+        per_test_engine.close()
     fork_server.stdin.close()
     fork_server.wait()
     if baseline is not None:
@@ -411,12 +458,14 @@ def main() -> int:
     if infra:
         print(f"\nWARNING: {len(infra)} microcoder sandbox_error results (timings invalid), e.g. {infra[0]}")
 
-    print(f"\n{'workload':<36}{'mode':<32}{'evaluator':<27}{'compl/s':>9}{'tests/s':>10}{'p50 ms':>9}{'p99 ms':>9}"
-          f"{'agree':>8}{'PSS MiB':>9}{'child':>7}")
+    print(f"\n{'workload':<36}{'mode':<32}{'evaluator':<30}{'compl/s':>9}{'CPU ms':>8}{'tests/s':>10}{'p50 ms':>9}"
+          f"{'p99 ms':>9}{'agree':>8}{'PSS MiB':>9}{'child':>7}")
     for r in rows:
-        print(f"{r['workload']:<36}{r['mode']:<32}{r['evaluator']:<27}{r['completions_s']:>9.1f}{r['tests_s']:>10.0f}"
-              f"{r['p50_ms']:>9.1f}{r['p99_ms']:>9.1f}{100 * r['agree']:>7.1f}%{r['mem_total']:>9.0f}"
-              f"{r['mem_children']:>7.0f}")
+        print(f"{r['workload']:<36}{r['mode']:<32}{r['evaluator']:<30}{r['completions_s']:>9.1f}{r['cpu_ms']:>8.1f}"
+              f"{r['tests_s']:>10.0f}{r['p50_ms']:>9.1f}{r['p99_ms']:>9.1f}{100 * r['agree']:>7.1f}%"
+              f"{r['mem_total']:>9.0f}{r['mem_children']:>7.0f}")
+    print("(CPU ms: CPU time per completion of this process and all of its descendants, the sandboxes included, "
+          "median pass)")
     def selections():
         """(workload, mode, {evaluator: row}, our row) for every workload and mode, in order."""
         for wl, _, _ in workloads:

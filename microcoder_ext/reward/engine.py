@@ -44,6 +44,10 @@ Configuration (constructor arguments, or environment variables for the process-w
   worker_idle_timeout MICROCODER_REWARD_WORKER_IDLE_S  idle workers beyond the last used one exit (300 s)
   timeout        MICROCODER_REWARD_TIMEOUT        CPU seconds per test (default 5); wall clock 2x+1 s
                                                   (not counting waits for a CPU: sandbox/wall_clock.py)
+  call_process   MICROCODER_REWARD_CALL_PROCESS   call-based tests: ``submission`` (default: one process runs
+                                                  every test of a sample, module state kept, a fresh Solution()
+                                                  per test, as LeetCode's judge) or ``test`` (a fresh process per
+                                                  test); stdin programs always get a process per test
   memory_mb      MICROCODER_REWARD_MEMORY_MB      address-space limit per run, MiB (default 2048)
   output_limit   MICROCODER_REWARD_OUTPUT_LIMIT   bytes of output per test (default 16 MiB; raised to
                                                   2x the expected output + 1 KiB when that is larger)
@@ -92,11 +96,16 @@ def usable_cores() -> int:
     return available_cores()
 
 
+#: how call-based tests are run: every test of a sample in one process (LeetCode's judge), or one process per test
+CALL_PROCESSES = ("submission", "test")
+
+
 @dataclass
 class EngineConfig:
     workers: int = 0  # 0: as many as node slots
     timeout: float = 5.0
     wall_timeout: float | None = None
+    call_process: str = "submission"
     memory_mb: int = 2048
     output_limit: int = 16 * MiB
     stop_on_first_failure: bool = True
@@ -122,6 +131,7 @@ class EngineConfig:
     def from_env(cls) -> "EngineConfig":
         return cls(workers=_env("MICROCODER_REWARD_WORKERS", 0, int),
                    timeout=_env("MICROCODER_REWARD_TIMEOUT", 5.0, float),
+                   call_process=_env("MICROCODER_REWARD_CALL_PROCESS", "submission"),
                    memory_mb=_env("MICROCODER_REWARD_MEMORY_MB", 2048, int),
                    output_limit=_env("MICROCODER_REWARD_OUTPUT_LIMIT", 16 * MiB, int),
                    require_seccomp=_env("MICROCODER_SANDBOX_REQUIRE_SECCOMP", True, bool),
@@ -161,6 +171,9 @@ class Engine:
     def __init__(self, config: EngineConfig | None = None, **overrides):
         cfg = config or EngineConfig()
         self.config = EngineConfig(**{**asdict(cfg), **overrides})
+        if self.config.call_process not in CALL_PROCESSES:
+            raise ValueError(f"call_process (MICROCODER_REWARD_CALL_PROCESS) must be one of {', '.join(CALL_PROCESSES)}; "
+                             f"got {self.config.call_process!r}")
         self.slot_count = self.config.slot_count()
         self.size = self.config.workers or self.slot_count
         self._cond = threading.Condition()
@@ -353,7 +366,8 @@ class Engine:
         stop_first = cfg.stop_on_first_failure if stop_on_first_failure is None else stop_on_first_failure
         wall = cfg.wall_timeout or 2 * timeout + 1
         program = (suite.setup_code.rstrip("\n") + "\n\n" + code) if suite.setup_code else code
-        job = {"op": "job", "mode": suite.mode, "code": program, "fn_name": suite.fn_name,
+        job = {"op": "job", "mode": suite.mode, "process": "test" if suite.mode == "stdin" else cfg.call_process,
+               "code": program, "fn_name": suite.fn_name,
                "arg_types": suite.arg_types, "return_type": suite.return_type,
                "tests": [encode_big_ints(t.input) for t in suite.tests], "caps": [self._cap(t, suite) for t in suite.tests],
                "limits": {"timeout": timeout, "wall_timeout": wall, "memory_mb": memory_mb}}

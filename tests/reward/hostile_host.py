@@ -65,7 +65,14 @@ def sandbox_shm(uid_min: int, uid_max: int) -> dict[str, int]:
 
 
 class Ticker:
-    """A thread that wakes every ``interval`` s and records the longest gap between wake-ups and the peak RSS."""
+    """A thread that wakes every ``interval`` s and records the longest stall of the host's threads between two of its
+    wake-ups (``max_gap``, s) and the peak RSS.
+
+    A stall is what the ticker could not run for because another thread of this process held the interpreter: the
+    late part of a wake-up, counted only as far as the process's other threads used CPU meanwhile. On a quiet machine
+    that is the wall-clock lateness; on a loaded one the ticker also waits on a run queue for a CPU, which is the
+    host's load and not the judge's doing, and is not counted (a judge that holds the interpreter for 1 s of CPU still
+    stalls 1 s at any load)."""
 
     def __init__(self, interval: float = 0.01):
         self.interval = interval
@@ -74,13 +81,18 @@ class Ticker:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="hostile-ticker", daemon=True)
 
+    @staticmethod
+    def _others_cpu() -> float:
+        """CPU seconds of this process's threads other than the calling one."""
+        return time.process_time() - time.thread_time()
+
     def _run(self) -> None:
-        last = time.perf_counter()
+        last, last_cpu = time.perf_counter(), self._others_cpu()
         while not self._stop.is_set():
             time.sleep(self.interval)
-            now = time.perf_counter()
-            self.max_gap = max(self.max_gap, now - last - self.interval)
-            last = now
+            now, cpu = time.perf_counter(), self._others_cpu()
+            self.max_gap = max(self.max_gap, min(now - last - self.interval, cpu - last_cpu))
+            last, last_cpu = now, cpu
             self.peak_rss = max(self.peak_rss, rss_bytes())
 
     def __enter__(self) -> "Ticker":
@@ -103,6 +115,7 @@ class Observation:
     rss_growth_mb: float
     max_stall_ms: float
     leftovers: dict = field(default_factory=dict)
+    num_passed: int = 0
 
     def __str__(self) -> str:
         return (f"verdict={self.verdict} score={self.score} wall={self.wall_s:.2f}s rss+={self.rss_growth_mb:.1f}MiB "
@@ -169,7 +182,7 @@ def observe(engine, code: str, ground_truth, *, uid_range: tuple[int, int], tmp_
     if shm:
         leftovers["shm"] = {k: round(n / (1 << 20), 2) for k, n in sorted(shm.items())[:10]}  # MiB each
     return Observation(float(res.score), res.verdict, str(res.detail), wall,
-                       (tick.peak_rss - rss0) / (1 << 20), tick.max_gap * 1e3, leftovers)
+                       (tick.peak_rss - rss0) / (1 << 20), tick.max_gap * 1e3, leftovers, int(res.num_passed))
 
 
 CORRECT = "class Solution:\n    def add(self, a, b):\n        return a + b\n"

@@ -103,6 +103,23 @@ def test_results_after_the_first_failure_are_not_judged(default_engine, monkeypa
 # ------------------------------------------------------------------------------------------------ host memory
 
 
+def test_the_stall_meter_sees_the_interpreter_held_and_not_the_load():
+    """``hostile_host.Ticker``, which every hostile test reads: a thread that holds the interpreter for CPU work (one
+    big-integer power, which never lets go of it) is a stall of about that long; a thread that sleeps is none."""
+    import time
+
+    from hostile_host import Ticker
+
+    with Ticker() as held:
+        t = time.thread_time()
+        _ = 7 ** 1_500_000
+        used = time.thread_time() - t
+    assert held.max_gap > 0.5 * used > 0.05, (held.max_gap, used)
+    with Ticker() as idle:
+        time.sleep(0.3)
+    assert idle.max_gap < 0.05, idle.max_gap
+
+
 MEMORY_CASES = {
     "newlines": ("import sys\nsys.stdout.write('\\n' * (15 << 20))\n", "3\n"),
     "invalid_bytes": ("import sys\nsys.stdout.buffer.write(b'\\xff\\xfe' * (15 << 19))\n", "ok\n"),

@@ -1,8 +1,11 @@
-"""Issue 25, class 1: no CPU pooled across the tests of one sample, and no state that tells a program which test it
-is on. Reward-hacking programs against the real engine in its default configuration (``hostile``: a program verdict,
-nothing left behind, the host unharmed), in both execution modes; the CPU-pooling program against an engine with a
-1 s CPU budget and a lenient wall clock (the default 5 s budget would make it a minute-long test; only the CPU
-budget can stop it)."""
+"""No CPU pooled across the tests of one sample, and no state that tells a program which test it is on, where the
+format's own judge gives each test a fresh process: stdin programs always, call-based programs with
+``call_process="test"``. Call-based programs by default run as LeetCode's judge runs them: every test of a sample in
+one process, module state kept, a fresh ``Solution()`` per test, the per-test CPU budget per call; they see their
+own earlier calls, as on LeetCode, and nothing else. Reward-hacking programs against the real engine (``hostile``: a
+program verdict, nothing left behind, the host unharmed); the CPU-pooling program against an engine with a 1 s CPU
+budget and a lenient wall clock (the default 5 s budget would make it a minute-long test; only the CPU budget can
+stop it)."""
 
 from __future__ import annotations
 
@@ -101,22 +104,76 @@ def test_a_stdin_program_cannot_count_its_runs(hostile, where):
     assert (obs.score, obs.verdict) == (1.0, V.CORRECT), obs
 
 
+def counting_function(where: str) -> str:
+    """A Solution whose method returns how many times it has been called, kept ``where``."""
+    body = "".join("        " + line + "\n" for line in COUNTERS[where].splitlines())
+    return "class Solution:\n    def f(self, x):\n" + body + "        return k\n"
+
+
+@pytest.fixture(scope="module")
+def per_test_calls(engine_factory):
+    """The default engine's limits, call-based tests in a fresh process each."""
+    return engine_factory(timeout=EngineConfig().timeout, memory_mb=EngineConfig().memory_mb, call_process="test")
+
+
 @pytest.mark.parametrize("where", sorted(COUNTERS))
-def test_a_function_cannot_count_its_calls(hostile, where):
-    body = "".join("    " + line + "\n" for line in COUNTERS[where].splitlines())
-    code = "class Solution:\n    def f(self, x):\n" + "".join("    " + ln + "\n" for ln in body.splitlines()) \
-        + "        return k\n"
+def test_a_function_cannot_count_its_calls_with_a_process_per_test(hostile, per_test_calls, where):
+    code = counting_function(where)
     gt = json.dumps({"fn_name": "f", "inputs": [[0]] * 4, "outputs": [1, 2, 3, 4]})
-    obs = hostile(code, gt)
+    obs = hostile(code, gt, engine=per_test_calls)
     assert obs.verdict == V.WRONG_ANSWER and "test 2/4" in obs.detail, obs
-    obs = hostile(code, json.dumps({"fn_name": "f", "inputs": [[0]] * 4, "outputs": [1] * 4}))
+    obs = hostile(code, json.dumps({"fn_name": "f", "inputs": [[0]] * 4, "outputs": [1] * 4}), engine=per_test_calls)
     assert (obs.score, obs.verdict) == (1.0, V.CORRECT), obs
 
 
-def test_module_level_state_is_fresh_for_every_call(hostile):
+def test_module_level_state_is_fresh_for_every_call_with_a_process_per_test(hostile, per_test_calls):
     code = "calls = []\nclass Solution:\n    def f(self, x):\n        calls.append(x)\n        return len(calls)\n"
-    obs = hostile(code, json.dumps({"fn_name": "f", "inputs": [[1], [2], [3]], "outputs": [1, 1, 1]}))
+    obs = hostile(code, json.dumps({"fn_name": "f", "inputs": [[1], [2], [3]], "outputs": [1, 1, 1]}),
+                  engine=per_test_calls)
     assert (obs.score, obs.verdict) == (1.0, V.CORRECT), obs
+
+
+@pytest.mark.parametrize("where", sorted(COUNTERS))
+def test_a_submission_sees_its_own_earlier_calls_as_on_leetcode(hostile, where):
+    """By default (LeetCode's judge) one process runs every call of a sample: a count kept anywhere the process can
+    keep one goes on from call to call. It tells the program which call it is on, never what to answer."""
+    code = counting_function(where)
+    obs = hostile(code, json.dumps({"fn_name": "f", "inputs": [[0]] * 4, "outputs": [1, 2, 3, 4]}))
+    assert (obs.score, obs.verdict) == (1.0, V.CORRECT), obs
+    obs = hostile(code, json.dumps({"fn_name": "f", "inputs": [[0]] * 4, "outputs": [1] * 4}))
+    assert obs.verdict == V.WRONG_ANSWER and "test 2/4: expected 1, got 2" in obs.detail, obs
+
+
+def test_a_submission_keeps_module_state_and_gets_a_fresh_solution_per_test(hostile):
+    code = ("calls = []\nclass Solution:\n    def __init__(self):\n        self.mine = 0\n"
+            "    def f(self, x):\n        calls.append(x)\n        self.mine += 1\n        return [len(calls), self.mine]\n")
+    obs = hostile(code, json.dumps({"fn_name": "f", "inputs": [[1], [2], [3]], "outputs": [[1, 1], [2, 1], [3, 1]]}))
+    assert (obs.score, obs.verdict) == (1.0, V.CORRECT), obs
+
+
+def test_a_submission_has_the_per_test_cpu_budget_per_call_and_restarts_after_a_timeout(hostile, one_second):
+    """The format's time limit: ``timeout`` CPU seconds per call (the module's own run counts for the first call);
+    a call that uses it up is ``timeout``, and the calls after it (``stop_on_first_failure=False``) run in a fresh
+    process, whose module state starts again."""
+    code = ("import time\ncalls = []\nt0 = time.process_time()\nwhile time.process_time() - t0 < 0.6:\n    pass\n"
+            "class Solution:\n    def f(self, x):\n        calls.append(x)\n        t = time.process_time()\n"
+            "        while time.process_time() - t < (5 if x == 2 else 0.6):\n            pass\n"
+            "        return len(calls)\n")
+    # 0.6 s of module time + 0.6 s of the first call is over the 1 s budget of the first test
+    obs = hostile(code, json.dumps({"fn_name": "f", "inputs": [[0]], "outputs": [1]}), engine=one_second)
+    assert obs.verdict == V.TIMEOUT and obs.detail.startswith("test 1/1: CPU time limit"), obs
+    fast = code.replace("< 0.6:\n    pass", "< 0.0:\n    pass")
+    # 0.6 s per call never adds up across calls; the third call (x == 2) runs out of its own 1 s
+    obs = hostile(fast, json.dumps({"fn_name": "f", "inputs": [[0], [1], [2], [3], [4]], "outputs": [1, 2, 3, 1, 2]}),
+                  engine=one_second, stop_on_first_failure=False)
+    assert (obs.verdict, obs.num_passed) == (V.TIMEOUT, 4) and obs.detail.startswith("test 3/5: CPU time limit"), obs
+
+
+def test_call_process_is_checked():
+    from microcoder_ext.reward import Engine
+
+    with pytest.raises(ValueError, match="call_process .* must be one of submission, test; got 'fork'"):
+        Engine(EngineConfig(call_process="fork"))
 
 
 # one token: the CPU limit and a digest of every resource limit and the scheduling the program sees

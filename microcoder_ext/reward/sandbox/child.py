@@ -380,14 +380,16 @@ def _launch_tests(spec: dict, code, nonce: str, libc) -> None:
     Between tests L empties its temp dir (``clean`` false: a program's files could not all be removed, and the job
     process starts a fresh child for the rest)."""
     start, n = spec["start"], spec["n_tests"]
-    test_cpu = int(math.ceil(float(spec["limits"]["per_test_cpu_seconds"]))) + 1
     seccomp = bool(spec["layers"].get("seccomp"))
     me = os.getpid()
+    if spec.get("per_submission"):
+        _launch_submission(spec, code, nonce, libc, me, seccomp)
+    test_cpu = int(math.ceil(float(spec["limits"]["per_test_cpu_seconds"]))) + 1
     ahead = _fork_test_process(spec, code, nonce, libc, me, test_cpu, seccomp)
     for i in range(start, n):
         if os.read(CTL_FD, 1) != b"n":
             os._exit(0)  # the job process is done with this child (the T forked ahead dies with it)
-        pid, go = ahead
+        pid, go, _ = ahead
         cpu0 = _cpu_of(pid)
         try:
             os.write(go, i.to_bytes(8, "little"))
@@ -407,16 +409,57 @@ def _launch_tests(spec: dict, code, nonce: str, libc) -> None:
     os._exit(0)
 
 
-def _fork_test_process(spec, code, nonce, libc, launcher, test_cpu, seccomp) -> tuple[int, int]:
+def _launch_submission(spec: dict, code, nonce: str, libc, me: int, seccomp: bool) -> None:
+    """Call mode, one process per submission (LeetCode's judge): one test process (T) runs the module once and then
+    every remaining test of this child, one after another, each as a call on a fresh ``Solution()``; module state is
+    kept between the calls. The job process puts every remaining test in the stdin memfd (one JSON line each) and
+    sends ``b"n"`` and a secret, as for a single test; this launcher releases T (the first index on T's pipe),
+    reports ``start`` (T's pid, its CPU seconds now), and waits for T to end. Each test ends on T's own record for it
+    (untrusted: it can only claim a value the program could have returned); when T ends, this launcher reports
+    ``exit`` (``clean`` false: a fresh child for whatever is left) and ends. Never returns."""
+    pid, go, life = _fork_test_process(spec, code, nonce, libc, me, None, seccomp, life=True)
+    if os.read(CTL_FD, 1) != b"n":
+        os._exit(0)  # the job process is done with this child (T dies with it)
+    try:
+        os.write(go, spec["start"].to_bytes(8, "little"))
+    except OSError:
+        pass  # T is gone: its exit status says how
+    secret = _read_line(CTL_FD)
+    if secret is None:
+        os._exit(0)
+    _emit_l(secret, {"s": "start", "i": spec["start"], "p": pid, "c": _cpu_of(pid)})
+    _wait_readable((life,))
+    _, status = os.waitpid(pid, 0)
+    _emit_l(secret, {"s": "exit", "i": spec["start"], "w": status, "clean": False})
+    os._exit(0)
+
+
+def _wait_readable(fds) -> list[int]:
+    import select
+
+    while True:
+        try:
+            return select.select(list(fds), [], [])[0]
+        except InterruptedError:
+            continue
+
+
+def _fork_test_process(spec, code, nonce, libc, launcher, test_cpu, seccomp, life: bool = False):
     """Fork the next test process; it sets itself up and waits for its test index on a pipe of its own. Returns
-    (its pid, the pipe's write end)."""
+    (its pid, the pipe's write end, and with ``life`` the read end of a pipe whose only write end T holds: EOF
+    once T has ended). ``test_cpu`` None: T keeps the launcher's CPU limit (one process per submission)."""
     r, w = os.pipe2(os.O_CLOEXEC)
+    life_r, life_w = os.pipe2(os.O_CLOEXEC) if life else (None, None)
     pid = os.fork()
     if pid == 0:
         os.close(w)
+        if life:
+            os.close(life_r)
         _test_process(spec, code, nonce, libc, launcher, test_cpu, seccomp, r)
     os.close(r)
-    return pid, w
+    if life:
+        os.close(life_w)
+    return pid, w, life_r
 
 
 def _cpu_of(pid: int) -> float:
@@ -470,11 +513,14 @@ def _test_process(spec: dict, code, nonce: str, libc, launcher: int, test_cpu: i
     seccomp filter, which forbids any further fork), then it waits for its test index on ``go`` and runs the
     program once: ``python solution.py`` with the test's input (stdin mode) or one call of the function (call
     mode). Exit code 0: it ended normally (call mode: its value is in an ``ok`` record); 1: an exception (the
-    record says which); 3: MemoryError."""
+    record says which); 3: MemoryError. One process per submission (``spec["per_submission"]``, call mode): it runs
+    every test the launcher sends on ``go`` (:func:`_run_call_tests`)."""
     failed = None
+    shared = bool(spec.get("per_submission")) and spec["mode"] == "call"
     try:
         os.close(CTL_FD)  # the launcher's control pipe (and the secrets still in it) stay out of reach
-        resource.setrlimit(resource.RLIMIT_CPU, (test_cpu, test_cpu + 1))
+        if test_cpu is not None:
+            resource.setrlimit(resource.RLIMIT_CPU, (test_cpu, test_cpu + 1))
         limits.die_with_parent(libc, launcher)
         if seccomp:
             seccomp_bpf.install(seccomp_bpf.program_for(os.getpid()), libc)
@@ -492,7 +538,8 @@ def _test_process(spec: dict, code, nonce: str, libc, launcher: int, test_cpu: i
             failed = f"sandbox: the test process could not be set up: {type(e).__name__}: {e}"[:MAX_ERR]
     try:
         data = os.read(go, 8)
-        os.close(go)
+        if not shared:
+            os.close(go)
     except BaseException:
         os._exit(EXIT_SETUP)
     if len(data) != 8:
@@ -507,6 +554,8 @@ def _test_process(spec: dict, code, nonce: str, libc, launcher: int, test_cpu: i
     try:
         if spec["mode"] == "stdin":
             _run_stdin_test(code, g, nonce, i)
+        elif shared:
+            _run_call_tests(code, spec, g, nonce, i, go)
         else:
             _run_call_test(code, spec, g, nonce, i)
     except BaseException:
@@ -652,54 +701,125 @@ def _resolve(g: dict, fn_name: str):
     return None
 
 
-def _run_call_test(code, spec: dict, g: dict, nonce: str, i: int) -> None:
-    """One call-based test: the module runs (fresh), then one call of the function with this test's arguments,
-    which the job process put in the stdin memfd as JSON (``{"args": [...], "kwargs": {...}}``; read, then the
-    memfd is emptied: the program's stdin is empty). One record: ``{"i", "s": "ok", "v": <JSON text>}`` or
-    ``{"i", "s": "exception"|"memory"|"unserialisable", "e"}``; exit code 0 after ``ok``."""
-    size = os.fstat(STDIN_FD).st_size
-    test = json.loads(os.pread(STDIN_FD, size, 0)) if size else {}
-    os.ftruncate(STDIN_FD, 0)
-    fn_name = spec["fn_name"]
+def _call_setup(spec: dict, g: dict):
+    """(argument types, return type) of the job; the default ``ListNode``/``TreeNode`` classes put in ``g`` where
+    the signature uses them and the program defines none."""
     arg_types, ret_type = spec.get("arg_types") or {}, spec.get("return_type")
     if "ListNode" in arg_types.values() or ret_type == "ListNode":
         g.setdefault("ListNode", _ListNode)
     if "TreeNode" in arg_types.values() or ret_type == "TreeNode":
         g.setdefault("TreeNode", _TreeNode)
+    return arg_types, ret_type
 
-    def done(rec: dict, exit_code: int):
-        _emit(nonce, {"i": i, **rec})
-        _finish(exit_code)
 
+def _run_module(code, g: dict):
+    """Run the module in ``g``; None, or the failing ``(record, exit code)``."""
     try:
         exec(code, g)
     except MemoryError:
-        done({"s": "memory", "e": "MemoryError at module level"}, EXIT_MEMORY)
+        return {"s": "memory", "e": "MemoryError at module level"}, EXIT_MEMORY
     except BaseException:
-        done({"s": "exception", "e": "at module level: " + _exc_text()}, EXIT_EXCEPTION)
-    factory = _resolve(g, fn_name)
-    if factory is None:
-        done({"s": "exception", "e": f"NameError: no function or Solution method {fn_name!r}"}, EXIT_EXCEPTION)
+        return {"s": "exception", "e": "at module level: " + _exc_text()}, EXIT_EXCEPTION
+    return None
+
+
+def _stdin_bytes() -> bytes:
+    """What the job process put in the stdin memfd (the test's arguments); the memfd is emptied, so the program's
+    stdin is empty."""
+    size = os.fstat(STDIN_FD).st_size
+    data = os.pread(STDIN_FD, size, 0) if size else b""
+    os.ftruncate(STDIN_FD, 0)
+    return data
+
+
+def _parse_test(line: bytes):
+    """One test's arguments from their JSON (``{"args": [...], "kwargs": {...}}``), or what parsing raised (then
+    the test fails with it: :func:`_call_once`)."""
     try:
+        return json.loads(line) if line else {}
+    except BaseException as e:
+        return e
+
+
+def _call_once(factory, test, g: dict, arg_types: dict, ret_type) -> tuple[dict, int]:
+    """One call on ``factory()`` (a fresh ``Solution()``) with the arguments of ``test`` (:func:`_parse_test`; an
+    exception instead: what reading it raised). Returns the record (``{"s": "ok", "v": <JSON text>}`` or
+    ``{"s": "exception"|"memory"|"unserialisable", "e"}``) and the exit code that goes with it."""
+    try:
+        if isinstance(test, BaseException):
+            raise test
         args = [_convert_in(a, arg_types.get(str(k)), g) for k, a in enumerate(test.get("args", []))]
         kwargs = {k: _convert_in(v, arg_types.get(k), g) for k, v in (test.get("kwargs") or {}).items()}
         value = factory()(*args, **kwargs)
     except MemoryError:
-        done({"s": "memory", "e": "MemoryError"}, EXIT_MEMORY)
+        return {"s": "memory", "e": "MemoryError"}, EXIT_MEMORY
     except BaseException:
-        done({"s": "exception", "e": _exc_text()}, EXIT_EXCEPTION)
+        return {"s": "exception", "e": _exc_text()}, EXIT_EXCEPTION
     try:
         if ret_type == "ListNode":
             value = _from_linked(value)
         elif ret_type == "TreeNode":
             value = _from_tree(value)
-        text = _dumps(value)
+        return {"s": "ok", "v": _dumps(value)}, EXIT_OK
     except MemoryError:
-        done({"s": "memory", "e": "MemoryError while serialising"}, EXIT_MEMORY)
+        return {"s": "memory", "e": "MemoryError while serialising"}, EXIT_MEMORY
     except BaseException:
-        done({"s": "unserialisable", "e": f"return value of type {type(value).__name__} "
-                                          f"is not JSON-serialisable: {_exc_text(300)}"}, EXIT_EXCEPTION)
-    done({"s": "ok", "v": text}, EXIT_OK)
+        return {"s": "unserialisable", "e": f"return value of type {type(value).__name__} "
+                                            f"is not JSON-serialisable: {_exc_text(300)}"}, EXIT_EXCEPTION
+
+
+def _no_function(fn_name: str) -> tuple[dict, int]:
+    return {"s": "exception", "e": f"NameError: no function or Solution method {fn_name!r}"}, EXIT_EXCEPTION
+
+
+def _run_call_test(code, spec: dict, g: dict, nonce: str, i: int) -> None:
+    """One call-based test in a fresh process (a process per test): the module runs, then one call of the function
+    with this test's arguments (:func:`_call_once`). One record ``{"i", ...}``, then the matching exit code."""
+    arg_types, ret_type = _call_setup(spec, g)
+    try:
+        test = _parse_test(_stdin_bytes())
+    except BaseException as e:
+        test = e
+    rec = _run_module(code, g)
+    if rec is None:
+        factory = _resolve(g, spec["fn_name"])
+        rec = _call_once(factory, test, g, arg_types, ret_type) if factory else _no_function(spec["fn_name"])
+    _emit(nonce, {"i": i, **rec[0]})
+    _finish(rec[1])
+
+
+def _run_call_tests(code, spec: dict, g: dict, nonce: str, i: int, go: int) -> None:
+    """Every call-based test of this child in this one process, as LeetCode's judge runs a submission: the module
+    runs once (its time counts for the first test), then per test one call on a fresh ``Solution()``, module state
+    kept between the calls. The tests (``i`` on) are the lines of the stdin memfd, read before the module runs (the
+    program's stdin is empty). Per test: stdout and stderr emptied, one record ``{"i", ..., "c": CPU seconds at
+    its end}``. Then exit 0 (``go`` is not read again). A module that fails to run answers the first test."""
+    os.close(go)
+    arg_types, ret_type = _call_setup(spec, g)
+    try:
+        lines = _stdin_bytes().split(b"\n")
+    except BaseException as e:
+        lines = [e]
+    failed = _run_module(code, g)
+    if failed is None and _resolve(g, spec["fn_name"]) is None:
+        failed = _no_function(spec["fn_name"])
+    if failed is not None:
+        _emit(nonce, {"i": i, **failed[0], "c": _cpu()})
+        _finish(failed[1])
+    factory = _resolve(g, spec["fn_name"])
+    for k, line in enumerate(lines):
+        test = line if isinstance(line, BaseException) else _parse_test(line)
+        try:  # the previous call's output is not this one's (and never adds up to the output limit)
+            _flush()
+            for fd in (STDOUT_FD, STDERR_FD):
+                os.ftruncate(fd, 0)
+                os.lseek(fd, 0, os.SEEK_SET)
+        except BaseException:
+            pass
+        rec, _code = _call_once(factory, test, g, arg_types, ret_type)
+        _flush()
+        _emit(nonce, {"i": i + k, **rec, "c": _cpu()})
+    _finish(EXIT_OK)
 
 
 # --- start-up probe --------------------------------------------------------------------------------------

@@ -4,8 +4,9 @@ A soft RLIMIT_CPU set by the child itself is no limit (a program may raise its o
 and the hard limit can only go down, so one child cannot get a fresh hard limit per test. Instead the job process
 reads the child's process CPU clock (``clock_gettime`` of ``MAKE_PROCESS_CPUCLOCK(pid, CPUCLOCK_SCHED)``:
 user + system time of every thread of the process, living and exited, in ns; nothing the child can change) and
-kills the child when a test has used its budget. Each test runs in a process of its own, which cannot fork (seccomp):
-the process is the whole tree, and its clock counts that test alone.
+kills the child when a test has used its budget. A test process cannot fork (seccomp): the process is the whole tree.
+With a process per test its clock counts that test alone; with one process per submission (call-based tests) each
+test's budget counts from the end of the one before (:meth:`CpuBudget.start`).
 
 The check needs no timer and no signal: a process cannot use CPU faster than ``cpus`` seconds per wall second, so
 after each look the next one is due when the rest of the budget could be used up at that rate at the earliest
@@ -48,10 +49,12 @@ class CpuBudget:
             pass
         return getattr(self, "_last", 0.0)
 
-    def start(self, claimed: float | None = None) -> None:
+    def start(self, claimed: float | None = None, budget_s: float | None = None) -> None:
         """A new test starts now. ``claimed``: the CPU time the child says it had when its previous test ended (it
         is already running the next one); used only within [previous start, now], so a lie can only shorten the
-        next test's budget."""
+        next test's budget. ``budget_s``: the new test's budget (default: unchanged)."""
+        if budget_s is not None:
+            self.budget = float(budget_s)
         now = self.now()
         if isinstance(claimed, (int, float)) and not isinstance(claimed, bool):
             now = min(now, max(self.base, float(claimed)))

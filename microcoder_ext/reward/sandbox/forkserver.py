@@ -3,7 +3,8 @@
 Every child is forked from W ahead of its job, with everything that does not depend on the job (its temp dir with
 the quota tmpfs, landlock ruleset, stdio and code memfds, result and control pipes; sandbox stage 1 done in the
 child, which then waits for its spec). W hands the other ends of the child's descriptors to the job process M over
-a unix socket (``SCM_RIGHTS``) and keeps nothing of them; it reaps its children and tells M how each one ended.
+a unix socket (``SCM_RIGHTS``) and keeps nothing of them; it reaps its children and tells M how each one ended (and reaps
+the orphans of their test processes: it is their subreaper).
 Because W never holds a job's code, inputs or outputs (M does), a child, which is a copy of W's memory, holds
 nothing of any job but its own (what M writes to its control pipe and memfds): never another sample's solution.
 
@@ -119,6 +120,8 @@ class ForkServer:
                 return None
             if pid == m_pid:
                 return os.WEXITSTATUS(status) if os.WIFEXITED(status) else -1
+            if pid not in self.children:
+                continue  # an orphaned test process (W is a child subreaper): reaped, nothing to tell
             self.children.discard(pid)
             try:
                 send(self.sock, {"op": "exit", "pid": pid, "status": status})

@@ -37,6 +37,12 @@ LAUNCHER_CPU_S = 600  # RLIMIT_CPU of a launcher (it forks and waits: ~1 ms of C
 WALL_STEP_S = 0.25  # the shortest wait between two looks at a test's moved wall-clock deadline
 
 
+def per_submission(job: dict) -> bool:
+    """Whether one test process runs every test of a child (call mode, ``job["process"] == "submission"``, as
+    LeetCode's judge does) instead of one process per test."""
+    return job.get("mode") == "call" and job.get("process") == "submission"
+
+
 class ChildUnavailable(RuntimeError):
     """The fork server could not provide a child (infrastructure)."""
 
@@ -290,6 +296,7 @@ class JobServer:
                 "parent_pid": self.w.pid, "layers": self.layers, "landlock": bool(self.layers.get("landlock")),
                 "fn_name": job.get("fn_name"), "arg_types": job.get("arg_types"),
                 "return_type": job.get("return_type"), "start": start, "n_tests": len(tests),
+                "per_submission": per_submission(job),
                 "limits": {**child_lim, "memory_bytes": child_lim["address_space_bytes"],
                            "per_test_cpu_seconds": lim["timeout"]}}
         for _attempt in range(3):
@@ -312,14 +319,32 @@ class JobServer:
             kid.kill()
             kid.close_pipes()
 
+    def _shared_result(self, kid: Kid, i: int, detail: dict, t0: float) -> dict:
+        """The result of test ``i`` from the test process's own record (one process per submission: the process
+        runs on, so the record, which can claim no more than a value the program could have returned, ends the
+        test)."""
+        return {"op": "result", "i": i, "time": round(time.monotonic() - t0, 6),
+                **records.record_result(detail, kid.fds)}
+
+    @staticmethod
+    def _shared_used_up(cpu: CpuBudget) -> bool:
+        """Whether a process that runs every test of a submission has used half of its CPU backstop
+        (``LAUNCHER_CPU_S``): a fresh child runs the rest, so that the backstop never ends a test early."""
+        return cpu.now() > LAUNCHER_CPU_S / 2
+
     def _begin_test(self, job: dict, kid: Kid, i: int) -> bytes:
-        """Put test ``i``'s input in the child's stdin memfd (call mode: its arguments as JSON), tell the launcher
-        to fork its process, then send the secret of its records. Returns the secret's record prefix."""
+        """Put test ``i``'s input in the child's stdin memfd (call mode: its arguments as JSON; one process per
+        submission: those of every test from ``i`` on, a line each), tell the launcher to release its process, then
+        send the secret of its records. Returns the secret's record prefix."""
         test = job["tests"][i]
-        records.load_stdin(kid.fds, test if job["mode"] == "stdin" else json.dumps(test))
+        if per_submission(job):  # every remaining test, one JSON line each
+            records.load_stdin(kid.fds, "\n".join(json.dumps(t) for t in job["tests"][i:]))
+        else:
+            records.load_stdin(kid.fds, test if job["mode"] == "stdin" else json.dumps(test))
         secret = os.urandom(16).hex().encode()
         protocol.write_all(kid.ctl, b"n" + secret + b"\n")
         return secret + b" "
+
     def _assign(self, kid: Kid, state: dict, uid: int) -> None:
         """Give the child's temp dir to the job's uid (quota tmpfs only: otherwise it stays read-only), and the
         compiled code of the job's first child to this one."""
@@ -350,7 +375,7 @@ class JobServer:
         test process's CPU clock and the wall clock, and answer when the launcher reports the test process's exit.
         Stops when every test is done, a limit is reached (the child is killed: a fresh one runs the rest), the
         launcher ended or must not be reused, or the supervisor says stop."""
-        stdin_mode = job["mode"] == "stdin"
+        shared = per_submission(job)  # one test process runs every test of this child (call mode)
         n = len(job["tests"])
         r = kid.result
         wall, budget = lim["wall"], lim["timeout"]
@@ -365,6 +390,8 @@ class JobServer:
         secret = b"\0"  # the first test begins once the launcher is ready (its spec is read by then)
         started = False  # the launcher reported this test's process (its pid)
         any_started = False
+        test_pid = kid.pid  # the test's process, once the launcher reported it
+        early: dict[int, dict] = {}  # one process per submission: records of later tests that came before "start"
         detail: dict | None = None  # the test process's own record for this test
         watch = [r, self.cmd.fd, self.sock]
         while current < n and not ended:
@@ -401,18 +428,40 @@ class JobServer:
                     over_cap = True
                     break
                 batch = []  # the results of this chunk go out in one write
-                while (nl := buf.find(b"\n")) >= 0 and current < n and not ended:
+                while current < n and not ended:
+                    if shared and started and detail is not None:  # its record ends the test (same process)
+                        batch.append(protocol.encode(self._shared_result(kid, current, detail, t0)))
+                        current += 1
+                        if current >= n:
+                            break
+                        # the process goes on with the next test: its budget from the CPU time the record claims
+                        # (only within [the last test's start, now]: a lie can only shorten it), its wall clock
+                        # from now (a late look only lengthens it)
+                        t0 = time.monotonic()
+                        cpu.start(detail.get("c"), budget)
+                        clock = WallClock(wall, t0, test_pid)
+                        deadline, cpu_due = clock.deadline(), cpu.next_check(t0)
+                        detail, record_bytes = early.pop(current, None), len(buf)
+                        if self._shared_used_up(cpu) or (not self.layers.get("seccomp")
+                                                         and self._limits_changed(kid, planned)):
+                            ended = True  # not reused: a fresh child for the rest
+                            break
+                        continue
+                    nl = buf.find(b"\n")
+                    if nl < 0:
+                        break
                     line = bytes(buf[:nl])
                     del buf[: nl + 1]
                     if line.startswith(secret):  # the launcher's own record (no program knows the secret)
                         rec = records.parse_launcher_record(line, secret)
-                        if rec is None or rec["i"] != current:
-                            continue
+                        if rec is None or (rec["i"] != current and not shared):
+                            continue  # (one process per submission: one start and one exit for all the tests)
                         if rec["s"] == "start" and not started:
                             # the first test of this child also pays for the launcher's compiling
                             used = cpu.used() if is_ready and not any_started else 0.0
                             started = any_started = True
                             # the process's CPU from its release (its set-up before it is not the test's)
+                            test_pid = rec["p"]
                             cpu = CpuBudget(rec["p"], budget - used, base=float(rec.get("c") or 0.0))
                             clock.follow(rec["p"])
                             cpu_due = cpu.next_check(time.monotonic())
@@ -468,8 +517,15 @@ class JobServer:
                         continue
                     # the test process's own record (it may come before the launcher's "start"); the only program
                     # process alive now is this test's: an earlier one's records precede its "exit" on this pipe
-                    if detail is None and rec.get("i") == current and s in records.TEST_RECORDS[job["mode"]]:
+                    if s not in records.TEST_RECORDS[job["mode"]] or not isinstance(rec.get("i"), int):
+                        continue
+                    if detail is None and rec["i"] == current:
                         detail = rec
+                    elif shared and not started and current < rec["i"] < n:
+                        # one process per submission runs on as soon as it is released, so the records of its first
+                        # tests may all come before the launcher's "start"; kept until then (one per test; their
+                        # bytes count against the first test's cap)
+                        early.setdefault(rec["i"], rec)
                 if batch:
                     protocol.write_all(self.out, b"".join(batch))
             if self.cmd.fd in ready:

@@ -82,6 +82,16 @@ def test_result(mode: str, status: int, detail: dict | None, fds: dict, cap: int
     return {**out, **st}
 
 
+def record_result(detail: dict, fds: dict) -> dict:
+    """The result of a call-based test from the test process's own record alone (one process per submission: the
+    process runs on after the test, so there is no exit status to read). ``ok`` carries the value; any other
+    record status is the test's failure."""
+    out: dict = {"stderr": read_tail(fds["stderr"], 2000)}
+    if detail["s"] == "ok":
+        return {**out, "status": "ok", "value": value_bytes(detail.get("v")), "error": None}
+    return {**out, "status": detail["s"], "error": detail.get("e")}
+
+
 def small_int(text: str) -> int:
     """Integers in a record envelope are test indices; a forged megabyte-long literal would take this
     process (which runs without the int-digit limit) minutes to convert."""
