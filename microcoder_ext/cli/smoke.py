@@ -68,7 +68,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "default 1200 + 120 per step; 0: never)")
     parser.add_argument("-v", "--verbose", action="store_true", help="stream the framework's output")
     parser.add_argument("framework", choices=sorted(RUNNERS), help="whose entry point to run")
-    parser.add_argument("launch", nargs=argparse.REMAINDER, help="the launch's own arguments")
+    parser.add_argument("launch", nargs=argparse.REMAINDER,
+                        help="the launch's own arguments (`microcoder smoke verl --help`: this help)")
+    parser.set_defaults(print_smoke_help=parser.print_help)
 
 
 def default_timeout(steps: int) -> float:
@@ -92,6 +94,9 @@ def run(args: argparse.Namespace) -> int:
     from microcoder_ext.smoke.report import format_substitutions, format_table, summary
     from microcoder_ext.smoke.runner import workdir
 
+    if args.launch[:1] in (["-h"], ["--help"]):  # not a launch argument: the launch is only ever parsed for real
+        args.print_smoke_help()
+        return EXIT_OK
     try:
         opts = options(args)
         runner = importlib.import_module(RUNNERS[args.framework])

@@ -294,6 +294,9 @@ def test_cli_help_and_bad_arguments():
                                     capture_output=True, text=True, timeout=hang_guard(300))
     h = run("--help")
     assert h.returncode == 0 and "what a passing smoke run proves" in h.stdout and "verl_recipes/train.sh" in h.stdout
+    for framework in ("verl", "openrlhf", "trl"):  # help after the framework is the smoke's, never a launch argument
+        fh = run(framework, "--help")
+        assert (fh.returncode, fh.stdout) == (0, h.stdout), fh.stderr
     bad = run("--steps", "0", "verl")
     assert bad.returncode == 2 and "--steps must be an integer >= 1" in bad.stderr
     compose_error = run("--warm-start", "0", "verl", "no_such.key=1")
