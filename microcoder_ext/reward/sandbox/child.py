@@ -54,6 +54,7 @@ from . import limits, seccomp_bpf
 from . import landlock as _landlock
 
 RESULT_FD = 3
+_MAIN: dict | None = None  # the program's __main__ namespace, made by the launcher (see _launch_tests)
 CODE_FD = None  # the job's compiled-code memfd after setup (see the module docstring), when the worker gives one
 _CODE_MAGIC = b"MCcode2\0"
 #: imported by a job's launcher, before its sandbox layers, when the program's source names them (and by the
@@ -379,9 +380,13 @@ def _launch_tests(spec: dict, code, nonce: str, libc) -> None:
     are therefore unforgeable: the job process times and kills T by them and ends each test on its "exit" record.
     Between tests L empties its temp dir (``clean`` false: a program's files could not all be removed, and the job
     process starts a fresh child for the rest)."""
+    global _MAIN
     start, n = spec["start"], spec["n_tests"]
     seccomp = bool(spec["layers"].get("seccomp"))
     me = os.getpid()
+    # made once here, never used here: each test process gets a copy as fresh as a new interpreter's (so does the
+    # stdio the launcher set up before "ready")
+    _MAIN = _main_namespace(spec["tmpdir"])
     if spec.get("per_submission"):
         _launch_submission(spec, code, nonce, libc, me, seccomp)
     test_cpu = int(math.ceil(float(spec["limits"]["per_test_cpu_seconds"]))) + 1
@@ -526,14 +531,11 @@ def _test_process(spec: dict, code, nonce: str, libc, launcher: int, test_cpu: i
             seccomp_bpf.install(seccomp_bpf.program_for(os.getpid()), libc)
     except BaseException as e:  # the program must not run: a failed test, never a pass
         failed = f"sandbox: the test process could not be set up: {type(e).__name__}: {e}"[:MAX_ERR]
-    g = None
-    if not failed:
-        try:  # what does not depend on the test: fresh stdio on the job's memfds, a fresh __main__
-            if spec["mode"] == "stdin":
-                for fd, backup in zip((STDIN_FD, STDOUT_FD, STDERR_FD), BACKUP_FDS):
-                    os.dup2(backup, fd, inheritable=False)
-            _fresh_stdio()
-            g = _main_namespace(spec["tmpdir"])
+    g = _MAIN  # the launcher's fresh __main__ (this process's own copy) and its fresh stdio on the job's memfds
+    if not failed and spec["mode"] == "stdin":
+        try:
+            for fd, backup in zip((STDIN_FD, STDOUT_FD, STDERR_FD), BACKUP_FDS):
+                os.dup2(backup, fd, inheritable=False)
         except BaseException as e:
             failed = f"sandbox: the test process could not be set up: {type(e).__name__}: {e}"[:MAX_ERR]
     try:
