@@ -25,7 +25,11 @@ from pathlib import Path
 from microcoder_ext import tiny
 
 #: bump when the way smoke models are built changes (invalidates the cache)
-BUILD_VERSION = 1
+BUILD_VERSION = 2  # 2: the warm start runs at BUILD_THREADS torch threads (before: the process's count, so the
+#                    same key held different weights on hosts, or in processes, with other thread counts)
+#: torch threads of a build: a float32 warm start's sums depend on how many threads share them, and a model must
+#: not depend on the host's cores or on OMP_NUM_THREADS in the process that happens to build it first
+BUILD_THREADS = 2
 DEFAULT_SHAPE = tiny.TinyShape(hidden_size=128, num_layers=2, num_heads=4, num_kv_heads=2, intermediate_size=256,
                                max_position_embeddings=4096)
 META_FILE = "microcoder_smoke_model.json"
@@ -127,12 +131,14 @@ def _file_digest(path: str | None) -> str | None:
 
 def prepare_model(model: str | None, *, shape: tiny.TinyShape = DEFAULT_SHAPE, warm_steps: int = 150,
                   seed: int = 0, cache: bool = True, out_dir: str | os.PathLike | None = None,
-                  demonstrations: str = "reference", warm_lr: float = 3e-3, family: str | None = None) -> TinyModel:
+                  demonstrations: str = "reference", warm_lr: float = 3e-3, family: str | None = None,
+                  threads: int = BUILD_THREADS) -> TinyModel:
     """Build (or reuse from the cache) the tiny model for a smoke run of ``model`` (a path or hub id, or None).
 
     A directory this function built before (it holds :data:`META_FILE`) is used as is. ``demonstrations``: what
     the warm start trains on (:data:`DEMONSTRATIONS`); ``family``: of the built-in model when there is no local
-    ``config.json`` (default: from the name, :data:`microcoder_ext.tiny.FAMILIES`)."""
+    ``config.json`` (default: from the name, :data:`microcoder_ext.tiny.FAMILIES`); ``threads``: torch threads of
+    the build (:data:`BUILD_THREADS`; the same arguments give the same weights on any host of one CPU type)."""
     import transformers
 
     mine = built_here(model)
@@ -144,12 +150,14 @@ def prepare_model(model: str | None, *, shape: tiny.TinyShape = DEFAULT_SHAPE, w
     problems, examples = _bundled_examples(demonstrations, seed)
     extra_key = [] if (demonstrations, warm_lr, family) == ("reference", 3e-3, None) else [demonstrations, warm_lr,
                                                                                            family]
+    if threads != BUILD_THREADS:
+        extra_key.append(("threads", threads))
     key = _digest(BUILD_VERSION, model, _file_digest(config_file),
                   [_file_digest(_local_file(model, f)) for f in tok_files], asdict(shape), warm_steps, seed,
                   transformers.__version__, *extra_key)
     if out_dir is not None:
         return _build(model, Path(out_dir), shape, warm_steps, seed, problems, examples, config_file, tok_files,
-                      warm_lr, demonstrations, family)
+                      warm_lr, demonstrations, family, threads)
     target = cache_root() / key
     target.parent.mkdir(parents=True, exist_ok=True)
     # one builder per cache entry: runs that start together (concurrent test lanes, several smokes) wait for it
@@ -159,12 +167,27 @@ def prepare_model(model: str | None, *, shape: tiny.TinyShape = DEFAULT_SHAPE, w
         if cached is not None:
             return cached
         return _build(model, target, shape, warm_steps, seed, problems, examples, config_file, tok_files,
-                      warm_lr, demonstrations, family)
+                      warm_lr, demonstrations, family, threads)
 
 
 def _build(model, target: Path, shape, warm_steps, seed, problems, examples, config_file, tok_files,
-           warm_lr: float = 3e-3, demonstrations: str = "reference", family: str | None = None) -> TinyModel:
-    """Build the tiny model into ``target`` (replaced whole, through a temporary sibling directory)."""
+           warm_lr: float = 3e-3, demonstrations: str = "reference", family: str | None = None,
+           threads: int = BUILD_THREADS) -> TinyModel:
+    """Build the tiny model into ``target`` (replaced whole, through a temporary sibling directory), at ``threads``
+    torch threads (the process's count is restored afterwards)."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        return _build_at(model, target, shape, warm_steps, seed, problems, examples, config_file, tok_files, warm_lr,
+                         demonstrations, family)
+    finally:
+        torch.set_num_threads(before)
+
+
+def _build_at(model, target: Path, shape, warm_steps, seed, problems, examples, config_file, tok_files,
+              warm_lr: float, demonstrations: str, family: str | None) -> TinyModel:
     from transformers import AutoConfig, AutoTokenizer
 
     if tok_files:

@@ -92,7 +92,7 @@ def build_model(s: Settings):
     from microcoder_ext.smoke.model import prepare_model
 
     record = prepare_model(None, family="qwen3", demonstrations=s.demonstrations, warm_steps=s.warm_steps,
-                           warm_lr=s.warm_lr, seed=s.seed)
+                           warm_lr=s.warm_lr, seed=s.seed, threads=1)  # the quickstart's model as it always was
     tokenizer = AutoTokenizer.from_pretrained(record.path, local_files_only=True)
     model = AutoModelForCausalLM.from_pretrained(record.path, local_files_only=True, dtype=torch.float32)
     return model, tokenizer, record

@@ -3,6 +3,7 @@
 import json
 import os
 import math
+from pathlib import Path
 
 import pytest
 
@@ -55,6 +56,29 @@ def test_cache_reuses_a_built_model(tmp_path, monkeypatch):
     b = prepare_model(None, warm_steps=2)
     assert not a.cached and b.cached and a.path == b.path
     assert prepare_model(None, warm_steps=3).path != a.path
+
+
+def test_a_build_does_not_depend_on_the_processs_torch_threads(tmp_path):
+    """The same arguments give the same weights whatever thread count the building process runs at (a model that
+    followed it differed between a smoke run and a test process on one machine, and a test calibrated on one failed
+    with the other)."""
+    import hashlib
+
+    import torch
+
+    from microcoder_ext.smoke.model import BUILD_THREADS
+
+    before = torch.get_num_threads()
+    digests = []
+    try:
+        for n in (1, BUILD_THREADS + 1):
+            torch.set_num_threads(n)
+            info = prepare_model(None, warm_steps=20, out_dir=tmp_path / f"t{n}")
+            digests.append(hashlib.sha256((Path(info.path) / "model.safetensors").read_bytes()).hexdigest())
+            assert torch.get_num_threads() == n  # restored
+    finally:
+        torch.set_num_threads(before)
+    assert digests[0] == digests[1]
 
 
 def test_runs_starting_together_build_a_cache_entry_once(tmp_path):
