@@ -84,8 +84,9 @@ from .concurrency import LocalSlots, NodeSlots, SlotsUnavailable, available_core
 from .ground_truth import TestCase, TestSuite
 # shared with the other backends (judge.py); re-exported here for existing importers
 from .judge import (BIG_INT_KEY, MiB, _STATUS_VERDICT, _env, _json_size,  # noqa: F401
-                    encode_big_ints, judge, output_cap)
+                    call_test_lines, encode_big_ints, judge, output_cap)
 from .result import EvalResult, safe_text
+from .sandbox import protocol
 from .worker_client import WorkerError, WorkerProcess
 
 log = logging.getLogger("microcoder_ext.reward")
@@ -369,8 +370,12 @@ class Engine:
         job = {"op": "job", "mode": suite.mode, "process": "test" if suite.mode == "stdin" else cfg.call_process,
                "code": program, "fn_name": suite.fn_name,
                "arg_types": suite.arg_types, "return_type": suite.return_type,
-               "tests": [encode_big_ints(t.input) for t in suite.tests], "caps": [self._cap(t, suite) for t in suite.tests],
+               "caps": [self._cap(t, suite) for t in suite.tests],
                "limits": {"timeout": timeout, "wall_timeout": wall, "memory_mb": memory_mb}}
+        if suite.mode == "stdin":
+            job["tests"] = [t.input for t in suite.tests]
+        else:  # one JSON line per test, sent as bytes: the job process hands them to the test process unparsed
+            job["tests_jsonl"], job["n_tests"] = call_test_lines(t.input for t in suite.tests), n
         slots = self.slots()
         slot = slots.acquire(self.config.slot_timeout)
         if slot is None:
@@ -405,24 +410,29 @@ class Engine:
         while True:
             msg = w.recv(msg_timeout)
             op = msg.get("op")
-            if op == "result":
-                i = msg.get("i", -1)
-                if msg.get("status") == "sandbox_error" or not isinstance(i, int) or not 0 <= i < n:
-                    infra = infra or (msg.get("error") or f"bad result index {i!r}")
-                    ok, verdict, detail = False, V.SANDBOX_ERROR, infra
-                elif stop_first and first_fail is not None:
-                    continue  # the verdict is decided: results the worker sent before the stop are not judged
-                else:
-                    ok, verdict, detail = self.judge(suite.tests[i], msg, suite)
-                if ok:
-                    # with stop_first, tests the worker ran before the stop reached it do not count: num_passed
-                    # is the run of passes before the first failure, whatever the timing
-                    passed += not (stop_first and first_fail is not None)
-                elif first_fail is None:
-                    first_fail = (i, verdict, detail)
-                if not ok and not stop_sent and (stop_first or verdict in (V.COMPILE_ERROR, V.SANDBOX_ERROR)):
-                    w.send({"op": "stop"})
-                    stop_sent = True
+            if op in ("result", "results"):
+                try:
+                    results = [msg] if op == "result" else protocol.unpack_results(msg)
+                except ValueError as e:
+                    raise WorkerError(str(e)) from None
+                for res in results:
+                    i = res.get("i", -1)
+                    if res.get("status") == "sandbox_error" or not isinstance(i, int) or not 0 <= i < n:
+                        infra = infra or (res.get("error") or f"bad result index {i!r}")
+                        ok, verdict, detail = False, V.SANDBOX_ERROR, infra
+                    elif stop_first and first_fail is not None:
+                        continue  # the verdict is decided: results the worker sent before the stop are not judged
+                    else:
+                        ok, verdict, detail = self.judge(suite.tests[i], res, suite)
+                    if ok:
+                        # with stop_first, tests the worker ran before the stop reached it do not count: num_passed
+                        # is the run of passes before the first failure, whatever the timing
+                        passed += not (stop_first and first_fail is not None)
+                    elif first_fail is None:
+                        first_fail = (i, verdict, detail)
+                    if not ok and not stop_sent and (stop_first or verdict in (V.COMPILE_ERROR, V.SANDBOX_ERROR)):
+                        w.send({"op": "stop"})
+                        stop_sent = True
             elif op == "await":
                 if not stop_sent:
                     w.send({"op": "next"})

@@ -12,6 +12,7 @@ nor ``backends`` (``tests/reward/test_import_structure.py`` checks it).
 
 from __future__ import annotations
 
+import json
 import os
 
 from microcoder_ext.core import verdicts as V
@@ -84,7 +85,13 @@ def judge(test: TestCase, msg: dict, suite: TestSuite) -> tuple[bool, str, str]:
 def output_cap(expected, output_limit: int) -> int:
     """Output cap of a test: ``output_limit``, or twice the expected size when that is larger, rounded up
     to a power of two (the cap is visible to the program: it must not reveal the expected length)."""
-    size = len(expected.encode()) if isinstance(expected, str) else _json_size(expected)
+    if isinstance(expected, str):
+        size = len(expected.encode())
+    else:
+        try:
+            size = len(_json_line(expected))  # in C; an integer past the int-digit limit: the estimate below
+        except (TypeError, ValueError, RecursionError):
+            size = _json_size(expected)
     need = 2 * size + 1024
     return output_limit if need <= output_limit else 1 << (need - 1).bit_length()
 
@@ -105,6 +112,22 @@ def encode_big_ints(v):
     return v
 
 
+def call_test_lines(inputs) -> bytes:
+    """The inputs of call-based tests (``{"args": [...], "kwargs": {...}}`` each) as the sandbox takes them: one
+    line of JSON per test (ASCII, so a line holds no raw newline), integers too long for ``json.dumps`` under the
+    int-digit limit as ``{BIG_INT_KEY: hex}`` (:func:`encode_big_ints`; the test process turns them back)."""
+    lines = []
+    for v in inputs:
+        try:
+            lines.append(_json_line(v))
+        except ValueError:  # an integer past the int-digit limit (rare: walk this test's value)
+            lines.append(_json_line(encode_big_ints(v)))
+    return "\n".join(lines).encode("ascii")
+
+
+_json_line = json.JSONEncoder(separators=(",", ":")).encode
+
+
 def _json_size(v) -> int:
     """Approximate JSON size of a value in bytes, without converting big ints to decimal."""
     if isinstance(v, int) and not isinstance(v, bool):
@@ -116,4 +139,4 @@ def _json_size(v) -> int:
     return len(str(v)) + 2
 
 
-__all__ = ["BIG_INT_KEY", "MiB", "encode_big_ints", "judge", "output_cap"]
+__all__ = ["BIG_INT_KEY", "MiB", "call_test_lines", "encode_big_ints", "judge", "output_cap"]

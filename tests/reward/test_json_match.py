@@ -26,6 +26,28 @@ def _value(rng, depth=0):
     return {rng.choice(["a", "b", "1", "é"]): _value(rng, depth + 1) for _ in range(rng.randint(0, 3))}
 
 
+def test_the_sandbox_s_own_encoding_agrees_with_values_equal_on_random_values():
+    """A returned value reaches the judge as the sandbox encodes it (compact, UTF-8): text identical to the expected
+    value's encoding is judged equal without the walk (``"exact"``), and only then."""
+    from microcoder_ext.reward.sandbox.child import _dumps  # what the sandboxed process sends
+
+    rng = random.Random(1)
+    exact = 0
+    for _ in range(20000):
+        e = _value(rng)
+        a = e if rng.random() < 0.4 else _value(rng)
+        text = _dumps(a).encode("utf-8", "surrogatepass")
+        for unordered in (False, True):
+            ok, why = match_json(e, text, unordered=unordered)
+            assert ok is values_equal(e, json.loads(text), unordered=unordered), (e, text, unordered)
+            exact += why == "exact"
+    assert exact > 10000  # the identical ones took the exact path
+    lone = ["\ud800", {"k": "\udfff x"}]  # lone surrogates: kept as their 3-byte form on both sides
+    assert match_json(lone, _dumps(lone).encode("utf-8", "surrogatepass")) == (True, "exact")
+    huge = 10 ** 5000  # past the int-digit limit: no encoding of the expected value, the walk decides
+    assert match_json(huge, "1" + "0" * 5000) == (True, "structural")
+
+
 def test_agrees_with_values_equal_on_random_values():
     rng = random.Random(0)
     for _ in range(20000):

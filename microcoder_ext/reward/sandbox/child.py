@@ -1,25 +1,31 @@
 """Runs inside a child forked by the worker's fork server (W) ahead of its job: apply every sandbox layer, then run
-the program that the job process (M) sends on the control pipe, once per test, each time in a fresh process.
+the program that the job process (M) sends on the control pipe, in one of two process models.
 
-The child (the launcher, L) compiles the program but never runs it: per test it forks a test process (T) from its
-own clean state; T adds the last layer (this test's CPU limit, the seccomp filter, which also forbids any further
-fork) and runs the program once. So no state passes from one test to the next (module globals, ``sys.modules``,
-builtins, threads, unflushed output, files in the temp dir, which L empties between tests, resource limits, CPU
-time): every test starts as a fresh ``python solution.py`` would, and a test's CPU budget is its own.
+A process per test (stdin mode, and call mode with ``call_process="test"``): the child (the launcher, L) compiles
+the program but never runs it: per test it forks a test process (T) from its own clean state; T adds the last layer
+(this test's CPU limit, the seccomp filter, which also forbids any further fork) and runs the program once. So no
+state passes from one test to the next (module globals, ``sys.modules``, builtins, threads, unflushed output, files
+in the temp dir, which L empties between tests, resource limits, CPU time): every test starts as a fresh ``python
+solution.py`` would, and a test's CPU budget is its own.
+
+One process per submission (call mode, the default, as LeetCode's judge): L compiles the program, closes its
+control pipe, adds the seccomp filter and runs the module once and every test as a call (:func:`_run_submission`).
 
 Status records go to fd 3 as ``<nonce> <json>\\n`` lines (the worker ignores lines without the nonce):
   L, any mode: ``{"s": "setup_failed", "e": msg}`` when a sandbox layer could not be applied (infrastructure),
                else ``{"s": "ready", "c": cpu}`` once every layer is on; ``{"i", "s": "compile_error", "e"}``
   T, stdin:    ``{"i": i, "s": "end", "r": "ok"|"exception"|"memory", "e": msg}`` when the run ended
   T, call:     ``{"i": i, "s": "ok", "v": <json text of the return value>}`` or
-               ``{"i": i, "s": "exception"|"memory"|"unserialisable", "e": msg}``
-and L's own per-test records with a secret no program ever sees (:func:`_launch_tests`): ``start`` (T's pid) and
-``exit`` (T's wait status). A test ends on its ``exit`` record; T's records only add what its exit status cannot
-say (the return value, the exception's text).
+               ``{"i": i, "s": "exception"|"memory"|"unserialisable", "e": msg}`` (one process per submission:
+               L writes ``{"s": "run"}`` before the program runs, then these, each with ``"c"``: its CPU seconds)
+and, with a process per test, L's own per-test records with a secret no program ever sees (:func:`_launch_tests`):
+``start`` (T's pid) and ``exit`` (T's wait status). A test ends on its ``exit`` record; T's records only add what
+its exit status cannot say (the return value, the exception's text). One process per submission: a test ends on
+the program's record for it, and the process's end on its wait status from the fork server.
 
-The children never see expected outputs: only the program, its own test's input and the nonce. Tests of one job
-run in processes forked from one launcher, never tests of two jobs (two samples); a launcher killed at a timeout
-is replaced by a fresh one for the remaining tests.
+The children never see expected outputs: only the program, its own tests' inputs and the nonce. Tests of one job
+run in processes forked from one launcher (or in the launcher), never tests of two jobs (two samples); a launcher
+killed at a timeout is replaced by a fresh one for the remaining tests.
 
 Compiled-code cache: the first child of a job that compiles the program stores ``marshal.dumps`` of the code
 object in the job's ``code`` memfd (after every sandbox layer is on); later children of the same job load it
@@ -29,7 +35,8 @@ program could have written; a child that finds the blob unusable (absent, anothe
 compiles. Every launcher closes the descriptor right after loading or storing the code, before any test process
 exists. The nonce is not a secret from the program (it can scan its memory for it); it only keeps a premature exit
 from looking like success. What a forged record can claim is bounded by the worker: an output it could have
-printed anyway, never ``setup_failed`` after ``ready``, never a huge integer, never the end of a test.
+printed anyway, never ``setup_failed`` after ``ready``, never a huge integer, never the end of a test (one process
+per submission: the end of a test only as its own value or failure, and never before ``run``).
 """
 
 from __future__ import annotations
@@ -51,6 +58,7 @@ import traceback
 import types
 
 from . import limits, seccomp_bpf
+from .records import decode_big_ints
 from . import landlock as _landlock
 
 RESULT_FD = 3
@@ -388,13 +396,13 @@ def _launch_tests(spec: dict, code, nonce: str, libc) -> None:
     # stdio the launcher set up before "ready")
     _MAIN = _main_namespace(spec["tmpdir"])
     if spec.get("per_submission"):
-        _launch_submission(spec, code, nonce, libc, me, seccomp)
+        _run_submission(spec, code, nonce, libc, seccomp)
     test_cpu = int(math.ceil(float(spec["limits"]["per_test_cpu_seconds"]))) + 1
     ahead = _fork_test_process(spec, code, nonce, libc, me, test_cpu, seccomp)
     for i in range(start, n):
         if os.read(CTL_FD, 1) != b"n":
             os._exit(0)  # the job process is done with this child (the T forked ahead dies with it)
-        pid, go, _ = ahead
+        pid, go = ahead
         cpu0 = _cpu_of(pid)
         try:
             os.write(go, i.to_bytes(8, "little"))
@@ -414,57 +422,41 @@ def _launch_tests(spec: dict, code, nonce: str, libc) -> None:
     os._exit(0)
 
 
-def _launch_submission(spec: dict, code, nonce: str, libc, me: int, seccomp: bool) -> None:
-    """Call mode, one process per submission (LeetCode's judge): one test process (T) runs the module once and then
-    every remaining test of this child, one after another, each as a call on a fresh ``Solution()``; module state is
-    kept between the calls. The job process puts every remaining test in the stdin memfd (one JSON line each) and
-    sends ``b"n"`` and a secret, as for a single test; this launcher releases T (the first index on T's pipe),
-    reports ``start`` (T's pid, its CPU seconds now), and waits for T to end. Each test ends on T's own record for it
-    (untrusted: it can only claim a value the program could have returned); when T ends, this launcher reports
-    ``exit`` (``clean`` false: a fresh child for whatever is left) and ends. Never returns."""
-    pid, go, life = _fork_test_process(spec, code, nonce, libc, me, None, seccomp, life=True)
+def _run_submission(spec: dict, code, nonce: str, libc, seccomp: bool) -> None:
+    """Call mode, one process per submission (LeetCode's judge): this process runs the program itself, the module
+    once and then every remaining test, one after another, each as a call on a fresh ``Solution()``, module state
+    kept between the calls (:func:`_run_call_tests`). No test process is forked (there is no earlier test whose
+    state a fork would leave behind), so no launcher record is needed either: each test ends on the program's own
+    record for it (untrusted: it can only claim a value the program could have returned), and how the process ended
+    comes from the fork server's wait status. The job process puts every remaining test in the stdin memfd (one
+    JSON line each) and sends ``b"n"``, and nothing after it; this process then closes the control pipe and puts
+    on the last layer, the seccomp filter (no fork), as a test process does. Never returns."""
     if os.read(CTL_FD, 1) != b"n":
-        os._exit(0)  # the job process is done with this child (T dies with it)
+        os._exit(0)  # the job process is done with this child
     try:
-        os.write(go, spec["start"].to_bytes(8, "little"))
-    except OSError:
-        pass  # T is gone: its exit status says how
-    secret = _read_line(CTL_FD)
-    if secret is None:
-        os._exit(0)
-    _emit_l(secret, {"s": "start", "i": spec["start"], "p": pid, "c": _cpu_of(pid)})
-    _wait_readable((life,))
-    _, status = os.waitpid(pid, 0)
-    _emit_l(secret, {"s": "exit", "i": spec["start"], "w": status, "clean": False})
-    os._exit(0)
+        os.close(CTL_FD)
+        if seccomp:
+            seccomp_bpf.install(seccomp_bpf.program_for(os.getpid()), libc)
+    except BaseException:  # the program must not run: the job process reports the exit before "run" as a
+        os._exit(EXIT_SETUP)  # sandbox failure, never a pass
+    try:
+        _emit(nonce, {"s": "run"})  # the program runs from here on (what it writes could be forged)
+        _run_call_tests(code, spec, _MAIN, nonce, spec["start"])
+    except BaseException:
+        pass
+    os._exit(1)
 
 
-def _wait_readable(fds) -> list[int]:
-    import select
-
-    while True:
-        try:
-            return select.select(list(fds), [], [])[0]
-        except InterruptedError:
-            continue
-
-
-def _fork_test_process(spec, code, nonce, libc, launcher, test_cpu, seccomp, life: bool = False):
+def _fork_test_process(spec, code, nonce, libc, launcher, test_cpu, seccomp):
     """Fork the next test process; it sets itself up and waits for its test index on a pipe of its own. Returns
-    (its pid, the pipe's write end, and with ``life`` the read end of a pipe whose only write end T holds: EOF
-    once T has ended). ``test_cpu`` None: T keeps the launcher's CPU limit (one process per submission)."""
+    (its pid, the pipe's write end)."""
     r, w = os.pipe2(os.O_CLOEXEC)
-    life_r, life_w = os.pipe2(os.O_CLOEXEC) if life else (None, None)
     pid = os.fork()
     if pid == 0:
         os.close(w)
-        if life:
-            os.close(life_r)
         _test_process(spec, code, nonce, libc, launcher, test_cpu, seccomp, r)
     os.close(r)
-    if life:
-        os.close(life_w)
-    return pid, w, life_r
+    return pid, w
 
 
 def _cpu_of(pid: int) -> float:
@@ -518,14 +510,11 @@ def _test_process(spec: dict, code, nonce: str, libc, launcher: int, test_cpu: i
     seccomp filter, which forbids any further fork), then it waits for its test index on ``go`` and runs the
     program once: ``python solution.py`` with the test's input (stdin mode) or one call of the function (call
     mode). Exit code 0: it ended normally (call mode: its value is in an ``ok`` record); 1: an exception (the
-    record says which); 3: MemoryError. One process per submission (``spec["per_submission"]``, call mode): it runs
-    every test the launcher sends on ``go`` (:func:`_run_call_tests`)."""
+    record says which); 3: MemoryError."""
     failed = None
-    shared = bool(spec.get("per_submission")) and spec["mode"] == "call"
     try:
         os.close(CTL_FD)  # the launcher's control pipe (and the secrets still in it) stay out of reach
-        if test_cpu is not None:
-            resource.setrlimit(resource.RLIMIT_CPU, (test_cpu, test_cpu + 1))
+        resource.setrlimit(resource.RLIMIT_CPU, (test_cpu, test_cpu + 1))
         limits.die_with_parent(libc, launcher)
         if seccomp:
             seccomp_bpf.install(seccomp_bpf.program_for(os.getpid()), libc)
@@ -540,8 +529,7 @@ def _test_process(spec: dict, code, nonce: str, libc, launcher: int, test_cpu: i
             failed = f"sandbox: the test process could not be set up: {type(e).__name__}: {e}"[:MAX_ERR]
     try:
         data = os.read(go, 8)
-        if not shared:
-            os.close(go)
+        os.close(go)
     except BaseException:
         os._exit(EXIT_SETUP)
     if len(data) != 8:
@@ -556,8 +544,6 @@ def _test_process(spec: dict, code, nonce: str, libc, launcher: int, test_cpu: i
     try:
         if spec["mode"] == "stdin":
             _run_stdin_test(code, g, nonce, i)
-        elif shared:
-            _run_call_tests(code, spec, g, nonce, i, go)
         else:
             _run_call_test(code, spec, g, nonce, i)
     except BaseException:
@@ -735,10 +721,11 @@ def _stdin_bytes() -> bytes:
 
 
 def _parse_test(line: bytes):
-    """One test's arguments from their JSON (``{"args": [...], "kwargs": {...}}``), or what parsing raised (then
-    the test fails with it: :func:`_call_once`)."""
+    """One test's arguments from their JSON line (``{"args": [...], "kwargs": {...}}``; integers past the int-digit
+    limit as ``{"__mc_bigint__": hex}``), or what parsing raised (then the test fails with it: :func:`_call_once`)."""
     try:
-        return json.loads(line) if line else {}
+        test = json.loads(line) if line else {}
+        return decode_big_ints(test) if b"__mc_bigint__" in line else test
     except BaseException as e:
         return e
 
@@ -790,13 +777,12 @@ def _run_call_test(code, spec: dict, g: dict, nonce: str, i: int) -> None:
     _finish(rec[1])
 
 
-def _run_call_tests(code, spec: dict, g: dict, nonce: str, i: int, go: int) -> None:
+def _run_call_tests(code, spec: dict, g: dict, nonce: str, i: int) -> None:
     """Every call-based test of this child in this one process, as LeetCode's judge runs a submission: the module
     runs once (its time counts for the first test), then per test one call on a fresh ``Solution()``, module state
     kept between the calls. The tests (``i`` on) are the lines of the stdin memfd, read before the module runs (the
     program's stdin is empty). Per test: stdout and stderr emptied, one record ``{"i", ..., "c": CPU seconds at
-    its end}``. Then exit 0 (``go`` is not read again). A module that fails to run answers the first test."""
-    os.close(go)
+    its end}``. Then exit 0. A module that fails to run answers the first test."""
     arg_types, ret_type = _call_setup(spec, g)
     try:
         lines = _stdin_bytes().split(b"\n")

@@ -21,6 +21,7 @@ import os
 import time
 
 CPUCLOCK_SCHED = 2
+_CPUS = max(1, os.cpu_count() or 1)  # read once (a call costs tens of microseconds; a budget is made per test)
 
 
 def process_clock(pid: int) -> int:
@@ -37,7 +38,7 @@ class CpuBudget:
         whose every CPU second is the test's, from its birth)."""
         self.clock = process_clock(pid)
         self.budget = float(budget_s)
-        self.cpus = max(1, cpus or os.cpu_count() or 1)
+        self.cpus = max(1, cpus or _CPUS)
         self.min_step = min_step
         self.base = self.now() if base is None else float(base)
 

@@ -38,9 +38,25 @@ WALL_STEP_S = 0.25  # the shortest wait between two looks at a test's moved wall
 
 
 def per_submission(job: dict) -> bool:
-    """Whether one test process runs every test of a child (call mode, ``job["process"] == "submission"``, as
+    """Whether one process, the launcher itself, runs every test of a child (call mode, ``job["process"] ==
+    "submission"``, as
     LeetCode's judge does) instead of one process per test."""
     return job.get("mode") == "call" and job.get("process") == "submission"
+
+
+def job_inputs(job: dict) -> list:
+    """What a child gets as each test's input: stdin mode, the input text (``job["tests"]``); call mode, the test's
+    arguments as one line of JSON (bytes, split from ``job["tests_jsonl"]``, never parsed here: the test process
+    parses them)."""
+    if job.get("mode") != "call":
+        return job["tests"]
+    n, blob = job.get("n_tests"), job.get("tests_jsonl")
+    if not isinstance(n, int) or not isinstance(blob, (bytes, bytearray)):
+        raise ValueError("a call-mode job needs tests_jsonl (bytes) and n_tests")
+    lines = bytes(blob).split(b"\n") if n else []
+    if len(lines) != n:
+        raise ValueError(f"tests_jsonl holds {len(lines)} lines for {n} tests")
+    return lines
 
 
 class ChildUnavailable(RuntimeError):
@@ -124,8 +140,6 @@ class JobServer:
                 return EXIT_EOF
             op = msg.get("op")
             if op == "job":
-                if msg.get("mode") == "call":
-                    msg["tests"] = records.decode_big_ints(msg["tests"])
                 self.run_job(msg)
             elif op == "ping":
                 self.send({"op": "pong"})
@@ -238,6 +252,7 @@ class JobServer:
         uid = self._job_uid(job)
         state = {"lim": self._job_limits(job), "kids": [], "code": None, "uid": uid}
         try:
+            job["tests"] = job_inputs(job)
             self._run_tests(job, state)
         except (protocol.ChannelClosed, BrokenPipeError):
             raise SystemExit(EXIT_EOF)
@@ -286,7 +301,8 @@ class JobServer:
             i = nxt
 
     def _run_child(self, job: dict, state: dict, start: int) -> tuple[int, bool]:
-        """Run tests ``start..`` with one child (a launcher: one fresh process per test). Returns (next index,
+        """Run tests ``start..`` with one child (a launcher: one fresh process per test, or, one process per
+        submission, the launcher runs them). Returns (next index,
         stopped)."""
         tests, lim, uid = job["tests"], state["lim"], state["uid"]
         caps = [int(c) for c in job["caps"]]
@@ -319,12 +335,11 @@ class JobServer:
             kid.kill()
             kid.close_pipes()
 
-    def _shared_result(self, kid: Kid, i: int, detail: dict, t0: float) -> dict:
-        """The result of test ``i`` from the test process's own record (one process per submission: the process
-        runs on, so the record, which can claim no more than a value the program could have returned, ends the
-        test)."""
-        return {"op": "result", "i": i, "time": round(time.monotonic() - t0, 6),
-                **records.record_result(detail, kid.fds)}
+    @staticmethod
+    def _shared_result(i: int, detail: dict) -> dict:
+        """The result of test ``i`` from the program's own record (one process per submission: the process runs on,
+        so the record, which can claim no more than a value the program could have returned, ends the test)."""
+        return {"i": i, **records.record_result(detail)}
 
     @staticmethod
     def _shared_used_up(cpu: CpuBudget) -> bool:
@@ -332,15 +347,16 @@ class JobServer:
         (``LAUNCHER_CPU_S``): a fresh child runs the rest, so that the backstop never ends a test early."""
         return cpu.now() > LAUNCHER_CPU_S / 2
 
-    def _begin_test(self, job: dict, kid: Kid, i: int) -> bytes:
-        """Put test ``i``'s input in the child's stdin memfd (call mode: its arguments as JSON; one process per
-        submission: those of every test from ``i`` on, a line each), tell the launcher to release its process, then
-        send the secret of its records. Returns the secret's record prefix."""
-        test = job["tests"][i]
-        if per_submission(job):  # every remaining test, one JSON line each
-            records.load_stdin(kid.fds, "\n".join(json.dumps(t) for t in job["tests"][i:]))
-        else:
-            records.load_stdin(kid.fds, test if job["mode"] == "stdin" else json.dumps(test))
+    def _begin_test(self, job: dict, kid: Kid, i: int) -> bytes | None:
+        """Put test ``i``'s input in the child's stdin memfd (call mode: its arguments as JSON), tell the launcher to
+        release its process, then send the secret of its records. Returns the secret's record prefix. One process
+        per submission: every test from ``i`` on, a line each, and only the release (the launcher runs them itself,
+        and nothing of it is secret from the program): returns None."""
+        if per_submission(job):
+            records.load_stdin(kid.fds, b"\n".join(job["tests"][i:]))
+            protocol.write_all(kid.ctl, b"n")
+            return None
+        records.load_stdin(kid.fds, job["tests"][i])
         secret = os.urandom(16).hex().encode()
         protocol.write_all(kid.ctl, b"n" + secret + b"\n")
         return secret + b" "
@@ -372,26 +388,26 @@ class JobServer:
 
     def _monitor(self, job, kid: Kid, start, caps, nonce, lim, planned):
         """Run tests ``start..`` through the child's launcher: per test, start it (:meth:`_begin_test`), watch the
-        test process's CPU clock and the wall clock, and answer when the launcher reports the test process's exit.
+        test process's CPU clock and the wall clock, and answer when the launcher reports the test process's exit
+        (one process per submission: on the program's record for the test, or on the launcher's own exit).
         Stops when every test is done, a limit is reached (the child is killed: a fresh one runs the rest), the
-        launcher ended or must not be reused, or the supervisor says stop."""
-        shared = per_submission(job)  # one test process runs every test of this child (call mode)
+        launcher ended or must not be reused, or the supervisor says stop. The results of the tests that one read
+        of the result pipe ends go out in one write."""
+        shared = per_submission(job)  # the launcher runs every test of this child itself (call mode)
         n = len(job["tests"])
         r = kid.result
         wall, budget = lim["wall"], lim["timeout"]
         t0 = time.monotonic()
-        cpu = CpuBudget(kid.pid, budget)  # the launcher's clock until the test process starts (it compiles first)
+        cpu = CpuBudget(kid.pid, budget)  # the launcher's clock until a test process starts (it compiles first)
         clock = WallClock(wall, t0, kid.pid)  # likewise: the launcher's run-queue wait, then the test process's
         buf, current, deadline, cpu_due = bytearray(), start, clock.deadline(), math.inf
         timed_out = cpu_out = stopped = over_cap = is_ready = ended = False
         setup_error = None
-        record_bytes = 0  # result-pipe bytes since the test began (bounded by the test's cap)
+        record_bytes = 0  # result-pipe bytes read as lines since the test began (with the unfinished line: <= cap)
         nonce_b = nonce.encode() + b" "
-        secret = b"\0"  # the first test begins once the launcher is ready (its spec is read by then)
-        started = False  # the launcher reported this test's process (its pid)
+        secret = None  # of the launcher's records: the first test begins once the launcher is ready
+        started = False  # the launcher reported this test's process (its pid); one process per submission: released
         any_started = False
-        test_pid = kid.pid  # the test's process, once the launcher reported it
-        early: dict[int, dict] = {}  # one process per submission: records of later tests that came before "start"
         detail: dict | None = None  # the test process's own record for this test
         watch = [r, self.cmd.fd, self.sock]
         while current < n and not ended:
@@ -423,45 +439,31 @@ class JobServer:
                 if not chunk:
                     watch.remove(r)
                 buf += chunk
-                record_bytes += len(chunk)
-                if record_bytes > caps[current] + 4096:
-                    over_cap = True
-                    break
                 batch = []  # the results of this chunk go out in one write
+                ended_here: list[dict] = []  # one process per submission: the tests its records ended, in order
+                claimed = None  # ... and the CPU time the last of them claims
                 while current < n and not ended:
                     if shared and started and detail is not None:  # its record ends the test (same process)
-                        batch.append(protocol.encode(self._shared_result(kid, current, detail, t0)))
+                        ended_here.append(self._shared_result(current, detail))
                         current += 1
-                        if current >= n:
-                            break
-                        # the process goes on with the next test: its budget from the CPU time the record claims
-                        # (only within [the last test's start, now]: a lie can only shorten it), its wall clock
-                        # from now (a late look only lengthens it)
-                        t0 = time.monotonic()
-                        cpu.start(detail.get("c"), budget)
-                        clock = WallClock(wall, t0, test_pid)
-                        deadline, cpu_due = clock.deadline(), cpu.next_check(t0)
-                        detail, record_bytes = early.pop(current, None), len(buf)
-                        if self._shared_used_up(cpu) or (not self.layers.get("seccomp")
-                                                         and self._limits_changed(kid, planned)):
-                            ended = True  # not reused: a fresh child for the rest
-                            break
+                        claimed = detail.get("c")
+                        detail, record_bytes = None, 0
                         continue
                     nl = buf.find(b"\n")
                     if nl < 0:
                         break
                     line = bytes(buf[:nl])
                     del buf[: nl + 1]
-                    if line.startswith(secret):  # the launcher's own record (no program knows the secret)
+                    record_bytes += nl + 1
+                    if secret is not None and line.startswith(secret):  # the launcher's (no program knows the secret)
                         rec = records.parse_launcher_record(line, secret)
-                        if rec is None or (rec["i"] != current and not shared):
-                            continue  # (one process per submission: one start and one exit for all the tests)
+                        if rec is None or rec["i"] != current:
+                            continue
                         if rec["s"] == "start" and not started:
                             # the first test of this child also pays for the launcher's compiling
                             used = cpu.used() if is_ready and not any_started else 0.0
                             started = any_started = True
                             # the process's CPU from its release (its set-up before it is not the test's)
-                            test_pid = rec["p"]
                             cpu = CpuBudget(rec["p"], budget - used, base=float(rec.get("c") or 0.0))
                             clock.follow(rec["p"])
                             cpu_due = cpu.next_check(time.monotonic())
@@ -474,7 +476,7 @@ class JobServer:
                         batch.append(protocol.encode(res))
                         current += 1
                         t0, cpu_due = now, math.inf
-                        clock = WallClock(wall, t0, kid.pid)
+                        clock.restart(t0, kid.pid)
                         deadline = clock.deadline()
                         started, detail = False, None
                         if current >= n:
@@ -483,7 +485,7 @@ class JobServer:
                         if not rec["clean"] or (not self.layers.get("seccomp") and self._limits_changed(kid, planned)):
                             ended = True  # not reused: a fresh child for the rest
                             break
-                        record_bytes = len(buf)
+                        record_bytes = 0
                         try:
                             secret = self._begin_test(job, kid, current)
                         except OSError:
@@ -507,6 +509,10 @@ class JobServer:
                         if s == "setup_failed":  # only before "ready": afterwards the program could forge it
                             setup_error = rec.get("e")
                         continue
+                    if s == "run":
+                        if shared and not any_started:  # one process per submission: the launcher runs the program
+                            started = any_started = True  # now (its CPU since "ready", the compiling included, and
+                        continue  # its wall clock count for the first test, as for a test process's)
                     if s == "compile_error":
                         if not any_started:  # only the launcher, before any program ran, compiles
                             res = {"op": "result", "i": current, "time": round(time.monotonic() - t0, 6),
@@ -519,15 +525,26 @@ class JobServer:
                     # process alive now is this test's: an earlier one's records precede its "exit" on this pipe
                     if s not in records.TEST_RECORDS[job["mode"]] or not isinstance(rec.get("i"), int):
                         continue
-                    if detail is None and rec["i"] == current:
-                        detail = rec
-                    elif shared and not started and current < rec["i"] < n:
-                        # one process per submission runs on as soon as it is released, so the records of its first
-                        # tests may all come before the launcher's "start"; kept until then (one per test; their
-                        # bytes count against the first test's cap)
-                        early.setdefault(rec["i"], rec)
+                    if detail is None and rec["i"] == current and (started or not shared):
+                        detail = rec  # (one process per submission: only once the program runs)
+                if ended_here:  # (nothing else goes into a batch once the program runs)
+                    batch.append(protocol.encode(protocol.pack_results(ended_here)))
+                if ended_here and current < n and not ended:
+                    # the process goes on with the next test (the tests of a chunk are ended together): its budget
+                    # from the CPU time the last record claims (only within [the last test's start, now]: a lie can
+                    # only shorten it), its wall clock from now (a late look only lengthens it)
+                    t0 = time.monotonic()
+                    cpu.start(claimed, budget)
+                    clock.restart(t0)
+                    deadline, cpu_due = clock.deadline(), cpu.next_check(t0)
+                    if self._shared_used_up(cpu) or (not self.layers.get("seccomp")
+                                                     and self._limits_changed(kid, planned)):
+                        ended = True  # not reused: a fresh child for the rest
                 if batch:
                     protocol.write_all(self.out, b"".join(batch))
+                if current < n and not ended and record_bytes + len(buf) > caps[current] + 4096:
+                    over_cap = True  # the records of one test, the unfinished line included, exceed its cap
+                    break
             if self.cmd.fd in ready:
                 if self.cmd.read(timeout=1.0).get("op") == "stop":
                     stopped = True
@@ -554,6 +571,8 @@ class JobServer:
             res.update(status="timeout", error=f"CPU time limit {budget:g} s")
         elif over_cap:
             res.update(status="output_limit", error=f"result exceeds {caps[current]} bytes")
+        elif shared and started:  # the program's own process ended in the middle of a test: its wait status says how
+            res.update(records.test_result(job["mode"], kid.status, detail, kid.fds, caps[current]))
         else:  # the launcher died (the OOM killer, a signal from outside): never a pass
             res.update(status="sandbox_error" if not any_started else "signal",
                        error=f"the test launcher ended ({records.describe(kid.status)})")

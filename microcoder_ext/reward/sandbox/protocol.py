@@ -39,6 +39,42 @@ def encode(msg: dict) -> bytes:
     return (json.dumps(header, ensure_ascii=True, separators=(",", ":")) + "\n").encode("ascii") + payload
 
 
+def pack_results(results: list[dict]) -> dict:
+    """One ``{"op": "results"}`` message for several test results (``{"i", "status", "value": bytes | None,
+    "error"}`` each, in order): their values concatenated in one payload, ``items`` ``[i, status, error, length
+    of the value or -1]``. A message costs both ends more than a result does, and one process per submission ends
+    many tests per read of its pipe."""
+    items, values = [], []
+    for r in results:
+        v = r.get("value")
+        items.append([r["i"], r["status"], r.get("error"), -1 if v is None else len(v)])
+        if v is not None:
+            values.append(v)
+    return {"op": "results", "items": items, "values": b"".join(values)}
+
+
+def unpack_results(msg: dict) -> list[dict]:
+    """The results of a :func:`pack_results` message, each as a ``{"op": "result", ...}`` message (``ValueError``
+    for a malformed one)."""
+    items, values = msg.get("items"), msg.get("values", b"")
+    if not isinstance(items, list) or not isinstance(values, (bytes, bytearray)):
+        raise ValueError("malformed results message")
+    out, off = [], 0
+    for item in items:
+        if not (isinstance(item, list) and len(item) == 4 and isinstance(item[0], int) and isinstance(item[1], str)
+                and isinstance(item[3], int) and item[3] >= -1):
+            raise ValueError(f"malformed result item {item!r:.200}")
+        i, status, error, n = item
+        r = {"op": "result", "i": i, "status": status, "error": error}
+        if n >= 0:
+            if off + n > len(values):
+                raise ValueError("result values shorter than their lengths")
+            r["value"] = bytes(values[off:off + n])
+            off += n
+        out.append(r)
+    return out
+
+
 def write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:

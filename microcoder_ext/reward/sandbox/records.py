@@ -12,7 +12,7 @@ import signal
 from . import protocol
 
 RECORD_STATUSES = frozenset({"ok", "exception", "memory", "unserialisable", "compile_error", "setup_failed", "end",
-                             "ready"})
+                             "ready", "run"})
 END_STATUSES = frozenset({"ok", "exception", "memory"})
 
 
@@ -82,14 +82,14 @@ def test_result(mode: str, status: int, detail: dict | None, fds: dict, cap: int
     return {**out, **st}
 
 
-def record_result(detail: dict, fds: dict) -> dict:
+def record_result(detail: dict) -> dict:
     """The result of a call-based test from the test process's own record alone (one process per submission: the
     process runs on after the test, so there is no exit status to read). ``ok`` carries the value; any other
-    record status is the test's failure."""
-    out: dict = {"stderr": read_tail(fds["stderr"], 2000)}
+    record status is the test's failure, with the record's error text (no stderr: the process has gone on to the
+    next test, and only a ``signal`` result, which a record never gives, shows stderr)."""
     if detail["s"] == "ok":
-        return {**out, "status": "ok", "value": value_bytes(detail.get("v")), "error": None}
-    return {**out, "status": detail["s"], "error": detail.get("e")}
+        return {"status": "ok", "value": value_bytes(detail.get("v")), "error": None}
+    return {"status": detail["s"], "error": detail.get("e")}
 
 
 def small_int(text: str) -> int:
@@ -108,10 +108,10 @@ def reset_stdio(fds: dict) -> None:
         os.lseek(fds[name], 0, os.SEEK_SET)
 
 
-def load_stdin(fds: dict, data: str) -> None:
+def load_stdin(fds: dict, data: str | bytes) -> None:
     """Empty the stdio memfds and put the next test's input in stdin (the child reads from offset 0)."""
     reset_stdio(fds)
-    protocol.write_all(fds["stdin"], data.encode("utf-8", "surrogateescape"))
+    protocol.write_all(fds["stdin"], data if isinstance(data, bytes) else data.encode("utf-8", "surrogateescape"))
     os.lseek(fds["stdin"], 0, os.SEEK_SET)
 
 

@@ -10,7 +10,8 @@ Processes (one fork per job, on no critical path):
      seccomp), enforces the per-test limits from outside (wall clock, CPU budget, output cap, every rlimit of a
      reused child), relays the results and removes the child's temp dir.
   C  one per job (a fresh one for the remaining tests after a crash, a timeout or a state or limit that must not
-     be reused), running every test of the job: stdin tests one after another, call-based tests as calls.
+     be reused), running every test of the job: a fresh process per test (``child._launch_tests``), or, for
+     call-based tests, one process per submission, C itself, each test a call (``child._run_submission``).
 A child is a copy of W's memory, and W never held any job: a child holds only its own job (what M writes to its
 control pipe and memfds), never the code or inputs of an earlier job (another sample's, possibly correct,
 solution). M holds all of them, and nothing is ever forked from M.
@@ -22,9 +23,13 @@ never follows symlinks, opens up modes, never raises).
 
 Protocol (JSON lines; supervisor -> worker on the Popen stdin, worker -> supervisor on its stdout):
   <- {"op": "hello", "pid", "layers": {...}, "fatal": str|None, "base"}   once at start (from W)
-  -> {"op": "job", "mode": "stdin"|"call", "code", "tests", "caps", "limits", "uid", ...}
+  -> {"op": "job", "mode": "stdin"|"call", "code", "tests" (stdin: the input texts) | "tests_jsonl" + "n_tests"
+         (call: a bytes payload, one JSON line of arguments per test: ``judge.call_test_lines``), "caps", "limits",
+         "uid", "process": "test"|"submission", ...}
      ("uid": the sandbox uid of this job's children, within cfg ["uid", "uid_max"])
   <- {"op": "result", "i", "status", "stdout"|"value", "error", "time"}   per test, streamed (from M)
+  <- {"op": "results", "items": [[i, status, error, len], ...], "values"}   one process per submission: the tests
+                                  that one read of its records ended (``protocol.pack_results``)
   <- {"op": "await", "next": k}   a child ended and tests remain   -> {"op": "next"} | {"op": "stop"}
   <- {"op": "alive", "i": k}      test k passed its plain wall-clock limit while it waited for a CPU: its deadline
                                   moved later (sandbox/wall_clock.py); the supervisor keeps waiting
