@@ -632,7 +632,7 @@ def run(p: OpenRLHFSmokePlan, opts: SmokeOptions, progress: Callable[[str], None
     """Run the plan's child process; the report (``ok`` only if every requested step was logged)."""
     import shutil
 
-    from microcoder_ext.smoke.runner import error_excerpt, run_logged
+    from microcoder_ext.smoke.runner import error_excerpt, run_entry_point
 
     (p.work / "evidence.jsonl").unlink(missing_ok=True)
     shutil.rmtree(p.tensorboard_dir, ignore_errors=True)
@@ -647,7 +647,8 @@ def run(p: OpenRLHFSmokePlan, opts: SmokeOptions, progress: Callable[[str], None
             seen.add(int(hit.group(1)))
             progress(f"  step {hit.group(1)}/{p.steps} done ({time.monotonic() - t0:.0f} s)")
 
-    rc = run_logged(p.command, p.env, log, cwd=p.work, verbose=opts.verbose, on_line=on_line, timeout=opts.timeout)
+    rc = run_entry_point(p.command, p.env, log, progress=progress, cwd=p.work, verbose=opts.verbose, on_line=on_line,
+                         timeout=opts.timeout)
     scalars = read_tensorboard(p.tensorboard_dir) if p.tensorboard_dir.is_dir() else {}
     events = evidence.read(p.work / "evidence.jsonl")
     steps = build_steps(scalars, events, p.samples_per_step, p.logprob_temperature)

@@ -135,6 +135,39 @@ def run_logged(cmd: Sequence[str], env: dict, log_path: Path, *, cwd: Path | Non
                 _kill(proc)
 
 
+#: what Ray raises when a new node's raylet did not register within the fixed 30 s Ray waits for it
+#: (``ray/_private/node.py``; not configurable): on a loaded host (other runs, a test suite's own lanes) starting Ray
+#: can take longer, and the launch dies in ``ray.init``, before anything of it ran
+RAY_NODE_START_TIMEOUT = "The current node timed out during startup"
+RAY_START_ATTEMPTS = 3
+
+
+def run_entry_point(cmd: Sequence[str], env: dict, log_path: Path, *, progress: Callable[[str], None] | None = None,
+                    **kwargs) -> int:
+    """:func:`run_logged` of a framework's entry point, started again (at most ``RAY_START_ATTEMPTS`` times in all)
+    when it died because Ray's node did not start within Ray's fixed 30 s (:data:`RAY_NODE_START_TIMEOUT`): nothing
+    of the launch had run. Each failed attempt's log is kept beside ``log_path`` (``.attempt<k>``); every other exit
+    status is returned as it is."""
+    for attempt in range(1, RAY_START_ATTEMPTS + 1):
+        rc = run_logged(cmd, env, log_path, **kwargs)
+        if rc == 0 or attempt == RAY_START_ATTEMPTS or not _ray_node_start_timed_out(log_path):
+            return rc
+        kept = log_path.with_name(f"{log_path.stem}.attempt{attempt}{log_path.suffix}")
+        log_path.replace(kept)
+        if progress is not None:
+            progress(f"  Ray's node did not start within Ray's fixed 30 s (a loaded machine); nothing ran yet: "
+                     f"starting again ({attempt + 1}/{RAY_START_ATTEMPTS}; log of the failed start: {kept})")
+    return rc
+
+
+def _ray_node_start_timed_out(log_path: Path) -> bool:
+    try:
+        text = log_path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return False
+    return RAY_NODE_START_TIMEOUT in text
+
+
 def _kill(proc: subprocess.Popen) -> None:
     import signal
 

@@ -421,7 +421,7 @@ def build_steps(metrics: dict[int, dict], events: list[dict], samples_per_step: 
 
 def run(p: VerlSmokePlan, opts: SmokeOptions, progress=None) -> SmokeReport:
     """Run ``main_ppo`` for the plan; the report (``ok`` only if every requested step was logged)."""
-    from microcoder_ext.smoke.runner import error_excerpt, run_logged
+    from microcoder_ext.smoke.runner import error_excerpt, run_entry_point
 
     for name in ("metrics.jsonl", "evidence.jsonl"):
         (p.work / name).unlink(missing_ok=True)
@@ -436,7 +436,8 @@ def run(p: VerlSmokePlan, opts: SmokeOptions, progress=None) -> SmokeReport:
             seen.add(int(hit.group(1)))
             progress(f"  step {hit.group(1)}/{p.steps} done ({time.monotonic() - t0:.0f} s)")
 
-    rc = run_logged(p.command, p.env, log, cwd=p.work, verbose=opts.verbose, on_line=on_line, timeout=opts.timeout)
+    rc = run_entry_point(p.command, p.env, log, progress=progress, cwd=p.work, verbose=opts.verbose, on_line=on_line,
+                         timeout=opts.timeout)
     metrics = read_metrics(p.work / "metrics.jsonl")
     steps = build_steps(metrics, evidence.read(p.work / "evidence.jsonl"), p.samples_per_step,
                         p.logprob_temperature)

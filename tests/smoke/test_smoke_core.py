@@ -239,3 +239,30 @@ def test_run_logged_bounds_a_silent_hang_and_a_leftover_child(tmp_path):
     rc = run_logged(["bash", "-c", "sleep 600 & echo parent done; exit 3"], dict(os.environ), tmp_path / "left.log")
     assert rc == 3 and time.monotonic() - t0 < 300
     assert "parent done" in (tmp_path / "left.log").read_text()
+
+
+def test_an_entry_point_whose_ray_node_did_not_start_is_started_again_and_nothing_else_is(tmp_path):
+    """Ray waits a fixed 30 s for a new node's raylet (not configurable); on a loaded machine a launch can die in
+    ``ray.init`` before anything ran. That failure alone is started again; the failed start's log is kept."""
+    from microcoder_ext.smoke.runner import RAY_NODE_START_TIMEOUT, RAY_START_ATTEMPTS, run_entry_point
+
+    count = tmp_path / "starts"
+    # fails like Ray on its first start, then runs
+    script = (f'n=$(cat {count} 2>/dev/null || echo 0); echo $((n+1)) > {count}; '
+              f'if [ "$n" = 0 ]; then echo "Exception: {RAY_NODE_START_TIMEOUT}. ..."; exit 1; fi; echo ran')
+    said = []
+    rc = run_entry_point(["bash", "-c", script], dict(os.environ), tmp_path / "run.log", progress=said.append)
+    assert rc == 0 and count.read_text().strip() == "2"
+    assert "ran" in (tmp_path / "run.log").read_text()
+    assert RAY_NODE_START_TIMEOUT in (tmp_path / "run.attempt1.log").read_text()
+    assert len(said) == 1 and "starting again" in said[0]
+    # every attempt fails that way: the last status is returned after RAY_START_ATTEMPTS starts
+    count.unlink()
+    always = f'n=$(cat {count} 2>/dev/null || echo 0); echo $((n+1)) > {count}; echo "{RAY_NODE_START_TIMEOUT}"; exit 1'
+    assert run_entry_point(["bash", "-c", always], dict(os.environ), tmp_path / "a.log") == 1
+    assert count.read_text().strip() == str(RAY_START_ATTEMPTS)
+    # any other failure is the launch's own: never started again
+    count.unlink()
+    other = f'n=$(cat {count} 2>/dev/null || echo 0); echo $((n+1)) > {count}; echo "ValueError: bad config"; exit 1'
+    assert run_entry_point(["bash", "-c", other], dict(os.environ), tmp_path / "b.log") == 1
+    assert count.read_text().strip() == "1"
