@@ -39,8 +39,7 @@ WALL_STEP_S = 0.25  # the shortest wait between two looks at a test's moved wall
 
 def per_submission(job: dict) -> bool:
     """Whether one process, the launcher itself, runs every test of a child (call mode, ``job["process"] ==
-    "submission"``, as
-    LeetCode's judge does) instead of one process per test."""
+    "submission"``, as LeetCode's judge does) instead of one process per test."""
     return job.get("mode") == "call" and job.get("process") == "submission"
 
 
@@ -302,8 +301,7 @@ class JobServer:
 
     def _run_child(self, job: dict, state: dict, start: int) -> tuple[int, bool]:
         """Run tests ``start..`` with one child (a launcher: one fresh process per test, or, one process per
-        submission, the launcher runs them). Returns (next index,
-        stopped)."""
+        submission, the launcher runs them). Returns (next index, stopped)."""
         tests, lim, uid = job["tests"], state["lim"], state["uid"]
         caps = [int(c) for c in job["caps"]]
         child_lim = self.child_limits(lim, max(caps[start:]))

@@ -59,7 +59,7 @@ def unpack_results(msg: dict) -> list[dict]:
     items, values = msg.get("items"), msg.get("values", b"")
     if not isinstance(items, list) or not isinstance(values, (bytes, bytearray)):
         raise ValueError("malformed results message")
-    out, off = [], 0
+    out, off, view = [], 0, memoryview(values)
     for item in items:
         if not (isinstance(item, list) and len(item) == 4 and isinstance(item[0], int) and isinstance(item[1], str)
                 and isinstance(item[3], int) and item[3] >= -1):
@@ -69,7 +69,7 @@ def unpack_results(msg: dict) -> list[dict]:
         if n >= 0:
             if off + n > len(values):
                 raise ValueError("result values shorter than their lengths")
-            r["value"] = bytes(values[off:off + n])
+            r["value"] = bytes(view[off:off + n])  # one copy (a slice of the bytearray would be a second)
             off += n
         out.append(r)
     return out
