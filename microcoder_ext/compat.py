@@ -24,7 +24,7 @@ SUPPORTED: dict[str, str] = {
     "trl": ">=1.15,<1.17",
 }
 
-#: distribution name -> every release of its range tested in ``make test`` (each in a venv of its own), newest last
+#: distribution name -> every release of its range tested in ``make test`` (each with its own pins), newest last
 TESTED: dict[str, tuple[str, ...]] = {
     "verl": ("0.9.0", "0.9.1"),
     "openrlhf": ("0.11.0", "0.11.1", "0.11.2"),

@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # Runs every test suite, each in its own virtualenv (verl 0.9.1, OpenRLHF 0.11.2 and TRL 1.16.0 pin incompatible
 # transformers/ray versions), and the release suites: the other releases of each supported range (compat/matrix.toml
-# `tested`: verl 0.9.0, OpenRLHF 0.11.0 and 0.11.1, TRL 1.15.0), each in a venv of its own, running the release lane (the version guards, the real
-# trainer hooks, two real `microcoder smoke` steps). Venvs are created on first use with CPU torch 2.13.0 and the exact pins in
-# compat/, and cached in $MICROCODER_CACHE (default ~/.cache/microcoder-ext) keyed by the constraint file
-# and pyproject.toml; every run re-installs this checkout (editable, no deps) into them.
+# `tested`: verl 0.9.0, OpenRLHF 0.11.0 and 0.11.1, TRL 1.15.0), running the release lane (the version guards, the
+# real trainer hooks, two real `microcoder smoke` steps). verl 0.9.0 and OpenRLHF 0.11.0 (its own DeepSpeed) have venvs
+# of their own; OpenRLHF 0.11.1 and TRL 1.15.0 differ from the openrlhf-0.11.0 and trl venvs in that one pin and run in
+# an overlay of them (compat/venv.sh: the release's own site-packages over the base's), built once the base is ready.
+# Venvs are created on first use with CPU torch 2.13.0 and the exact pins in compat/, and cached in $MICROCODER_CACHE
+# (default ~/.cache/microcoder-ext) keyed by the constraint file and pyproject.toml; every run re-installs this
+# checkout (editable, no deps) into them.
 #
 #   bash tests/run_all.sh                 # all suites
 #   SUITES=verl bash tests/run_all.sh     # one suite (verl | openrlhf | trl | verl-0.9.0 | openrlhf-0.11.0 | openrlhf-0.11.1 | trl-1.15.0)
@@ -276,6 +279,14 @@ while [ "${#pending[@]}" -gt 0 ] || [ "${#LANE_OF_PID[@]}" -gt 0 ] || [ "${#BUIL
     if is_release "$suite"; then release=1; fi
     case "$entry" in
       venv:*)
+        base=$(venv_base "$suite")  # an overlay venv is built over its base's, once that is ready
+        if [ -n "$base" ] && [ "${READY[$base]:-}" != 1 ] && [[ " $SUITES " == *" $base "* ]]; then
+          if [ "${READY[$base]:-}" = 0 ]; then
+            READY[$suite]=0; status=1
+            echo "run_all: the $suite venv is an overlay of the $base venv, which could not be built: its tests do not run" >&2
+          else rest+=("$entry"); fi
+          continue
+        fi
         if [ "$free" -gt $(( release * main_unready )) ] && [ $(( release * main_ready_waiting )) -eq 0 ]; then
           start_build "$suite"
         else rest+=("$entry"); fi

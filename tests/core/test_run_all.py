@@ -132,18 +132,24 @@ def test_a_failure_report_names_the_load_and_what_a_timed_out_child_wrote(tmp_pa
 
 FAKE_PYTHON = r"""#!/bin/bash
 # a stand-in interpreter for run_all.sh's scheduling only: it builds "venvs", installs nothing and runs no test;
-# every venv build and every lane appends "<start|end> <epoch ns> <what>" to $FAKE_EVENTS
-venv=$(basename "$(dirname "$(dirname "$0")")")
+# every venv build and every lane appends "<start|end> <epoch ns> <what>" to $FAKE_EVENTS. A build ends with the
+# re-install of the checkout (a venv of its own) or with the check of its pins (an overlay: compat/venv.sh)
+here=$(dirname "$(dirname "$0")")
+venv=$(basename "$here")
 now() { date +%s%N; }
+built() { if [ -f "$here/building" ]; then rm "$here/building"; echo "end $(now) build:$venv" >>"$FAKE_EVENTS"; fi; }
 case "$1 $2" in
-  "-m venv") echo "start $(now) build:$(basename "$3")" >>"$FAKE_EVENTS"; mkdir -p "$3/bin"; cp "$0" "$3/bin/python" ;;
+  "-m venv") dir=${!#}; echo "start $(now) build:$(basename "$dir")" >>"$FAKE_EVENTS"
+             mkdir -p "$dir/bin" "$dir/site"; cp "$0" "$dir/bin/python"; touch "$dir/building" ;;
   "-m pip")
     case "$*" in
-      *--no-deps*-e*) if [ -f "$(dirname "$0")/../building" ]; then rm "$(dirname "$0")/../building"
-                        echo "end $(now) build:$venv" >>"$FAKE_EVENTS"; fi ;;
+      *--no-deps*-e*) built ;;
       *install\ --help*) ;;
-      *) touch "$(dirname "$0")/../building"; sleep "$FAKE_BUILD_S" ;;
+      *) sleep "$FAKE_BUILD_S" ;;
     esac ;;
+  "-c "*sysconfig*) echo "$here/site" ;;  # an overlay's site-packages and its base's
+  "- "*.txt) exec __PYTHON__ "$@" ;;      # compat/venv.sh's comparison of two constraint files
+  "- "*) built ;;                          # an overlay's check of its pins, the check of the base's editable install
   "-m pytest") echo "start $(now) lane:$venv" >>"$FAKE_EVENTS"; sleep "$FAKE_LANE_S"
                echo "end $(now) lane:$venv" >>"$FAKE_EVENTS"; echo "1 passed" ;;
   *) exec __PYTHON__ "$@" ;;  # the real interpreter of this test: run_all.sh's own -c scripts
@@ -155,7 +161,8 @@ def test_venv_builds_and_lanes_share_the_slots_and_the_main_suites_go_first(tmp_
     """run_all.sh itself, its interpreter a stand-in that only sleeps (FAKE_PYTHON; OpenRLHF's venv build runs
     DeepSpeed, so its suite is left out): on a fresh cache, with 3 slots,
     at no moment do more than 3 venv builds and lanes run; every main lane starts before any release lane; every
-    lane runs once; a release venv is built only while a slot stays free for each main venv not ready yet."""
+    lane runs once; a release venv is built only while a slot stays free for each main venv not ready yet; an
+    overlay venv (TRL 1.15.0 over TRL's) is built only once its base is."""
     fake = tmp_path / "python"
     fake.write_text(FAKE_PYTHON.replace("__PYTHON__", sys.executable))
     fake.chmod(0o755)
@@ -180,4 +187,6 @@ def test_venv_builds_and_lanes_share_the_slots_and_the_main_suites_go_first(tmp_
     assert main[-2] < min(release), lanes  # every main lane but the solo one starts before any release lane
     builds = sorted(suite[w] for k, _, w in rows if k == "start" and w.startswith("build:"))
     assert builds == ["trl", "trl-1.15.0", "verl", "verl-0.9.0"], builds  # each venv built once (a fresh cache)
+    at = {(k, suite[w]): int(t) for k, t, w in rows if w.startswith("build:")}
+    assert at["end", "trl"] <= at["start", "trl-1.15.0"] < at["end", "trl-1.15.0"], rows
     assert "peak load" in proc.stderr and "verl-host" in proc.stderr.split("lanes:")[-1]

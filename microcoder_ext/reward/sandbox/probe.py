@@ -31,7 +31,8 @@ WORLD_WRITABLE_DIRS = ("/tmp", "/var/tmp", "/dev/shm", "/dev/mqueue", "/run/lock
 
 
 def interpreter_paths() -> list[str]:
-    """Directories the interpreter needs to read: stdlib (with lib-dynload), site-packages and the shared
+    """Directories the interpreter needs to read: stdlib (with lib-dynload), site-packages (the prefix's, and
+    those a ``.pth`` file of it adds with ``site.addsitedir``: a venv layered over another) and the shared
     library dir. Not the whole prefix (a venv or conda prefix can hold logs, caches and data), and not
     the other ``sys.path`` entries (an editable install puts a project checkout there)."""
     paths = set()
@@ -44,7 +45,7 @@ def interpreter_paths() -> list[str]:
         paths.update(site.getsitepackages())
     except AttributeError:
         pass
-    paths.update(p for p in sys.path if p.endswith("lib-dynload"))
+    paths.update(p for p in sys.path if p.endswith("lib-dynload") or os.path.basename(p) == "site-packages")
     libdir = sysconfig.get_config_var("LIBDIR")
     if libdir:
         paths.add(libdir)
