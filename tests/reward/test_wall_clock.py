@@ -22,13 +22,19 @@ BUSY_PER_CORE = 8  # the test process gets at most a ninth of a core: 1.5 CPU s 
 GT = '{"inputs": ["7\\n"], "outputs": ["49\\n"]}'
 
 
+def busy_loop(n: int) -> str:
+    """A program's module-level loop of ``n`` iterations (its names are module globals, as in the judged program)."""
+    return f"x = 0\nfor _ in range({n}):\n    x = (x * 31 + 7) % 1000003\n"
+
+
 def busy_loop_size(cpu_s: float) -> int:
-    """Iterations of ``x = (x * 31 + 7) % 1000003`` that take about ``cpu_s`` CPU seconds here (process time, which
-    this machine's load does not lengthen)."""
-    n, x = 200_000, 0
+    """Iterations of :func:`busy_loop` that take about ``cpu_s`` CPU seconds here (process time, which this machine's
+    load does not lengthen), timed the way the program runs it: module-level code exec'd in a fresh namespace (a
+    loop in a function, on fast locals, ran ~2x faster and made a "1.5 s" program hit the 3 s CPU limit)."""
+    n = 400_000
+    code = compile(busy_loop(n), "<calibration>", "exec")
     t0 = time.process_time()
-    for _ in range(n):
-        x = (x * 31 + 7) % 1000003
+    exec(code, {})
     return int(n * cpu_s / max(time.process_time() - t0, 1e-3))
 
 
@@ -67,8 +73,7 @@ def test_a_gone_process_extends_nothing_and_the_extension_is_capped():
 
 def test_a_correct_cpu_bound_program_on_a_loaded_host_is_correct(engine_factory, loaded_machine):
     n = busy_loop_size(1.5)
-    code = (f"x = 0\nfor _ in range({n}):\n    x = (x * 31 + 7) % 1000003\n"
-            "k = int(input())\nprint(k * k)")
+    code = busy_loop(n) + "k = int(input())\nprint(k * k)"
     eng = engine_factory(workers=1, timeout=TIMEOUT)
     res = evaluate_response(f"```python\n{code}\n```", GT, engine=eng, timeout=TIMEOUT)
     assert res.verdict == V.CORRECT, res
