@@ -154,10 +154,10 @@ _venv_dir() {
 # _build_venv NAME VENV: a venv of its own: pip, CPU torch, then the framework's install function (or this checkout
 # with its extras)
 _build_venv() {
-  local name=$1 venv=$2 spec constraints extras mode base
+  local name=$1 venv=$2 spec constraints extras
   local install="_install_${name%%-*}"
   spec=$(_venv_spec "$name") || return 1
-  read -r constraints extras mode base <<<"$spec"
+  read -r constraints extras _ _ <<<"$spec"
   "$PYTHON" -m venv "$venv"
   _pip "$venv" install --upgrade "pip>=24" "setuptools>=77" wheel || return 1
   # CPU torch first, from the pinned local wheel: an unpinned torch would pull a multi-GB CUDA build

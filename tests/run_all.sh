@@ -7,7 +7,7 @@
 # an overlay of them (compat/venv.sh: the release's own site-packages over the base's), built once the base is ready.
 # Venvs are created on first use with CPU torch 2.13.0 and the exact pins in compat/, and cached in $MICROCODER_CACHE
 # (default ~/.cache/microcoder-ext) keyed by the constraint file and pyproject.toml; every run re-installs this
-# checkout (editable, no deps) into them.
+# checkout (editable, no deps) into them (an overlay imports its base's, re-pointed only where it is another's).
 #
 #   bash tests/run_all.sh                 # all suites
 #   SUITES=verl bash tests/run_all.sh     # one suite (verl | openrlhf | trl | verl-0.9.0 | openrlhf-0.11.0 | openrlhf-0.11.1 | trl-1.15.0)

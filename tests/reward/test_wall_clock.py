@@ -30,7 +30,7 @@ def busy_loop(n: int) -> str:
 def busy_loop_size(cpu_s: float) -> int:
     """Iterations of :func:`busy_loop` that take about ``cpu_s`` CPU seconds here (process time, which this machine's
     load does not lengthen), timed the way the program runs it: module-level code exec'd in a fresh namespace (a
-    loop in a function, on fast locals, ran ~2x faster and made a "1.5 s" program hit the 3 s CPU limit)."""
+    loop in a function, on fast locals, ran ~1.6x faster and made a "1.5 s" program hit the 3 s CPU limit)."""
     n = 400_000
     code = compile(busy_loop(n), "<calibration>", "exec")
     t0 = time.process_time()
