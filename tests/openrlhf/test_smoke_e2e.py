@@ -95,12 +95,17 @@ def sizes(n: int) -> list[str]:
             "--actor.adam.lr", "1e-3", "--actor.lr_warmup_ratio", "0", "--actor.lr_scheduler", "constant"]
 
 
+def smoke_opts(n: int, steps: int = 3) -> list[str]:
+    """``microcoder smoke``'s own options for a launch of :func:`sizes` ``(n)``: ``steps`` steps of PROMPTS prompts."""
+    return ["--steps", str(steps), "--prompts", str(PROMPTS), "--max-samples", str(n)]
+
+
 COMMON = sizes(N)
 MC = ["--mc.preset", "microcoder", "--mc.mask.rho", "1", "--mc.mask.m", "16",  # 2m > budget: never a repeat
       "--mc.temperature.mode", "staged", "--mc.temperature.stages", "[[0, 1.0], [100, 1.2]]",
       *IS_TOKEN_MASK,
       "--ckpt.save_steps", "2", "--data.prompt_dataset", "microcoder/not-on-this-machine"] + COMMON
-OPTS = ["--steps", "3", "--prompts", str(PROMPTS), "--max-samples", str(N)]
+OPTS = smoke_opts(N)
 TOL = 2e-3  # policy loss vs hand value: bf16 log-prob ratios of the same forward are 1 within ~1e-4
 KL_SYNCED = 2e-3  # |vllm_kl| when vLLM holds the trainer's weights (bf16 kernels differ; 1e-5 to 9e-4 seen)
 
@@ -234,8 +239,8 @@ def grpo(tmp_path_factory, train_file):
     launch = ["--data.prompt_dataset", str(train_file), "--data.input_key", "prompt", "--data.label_key", "label",
               "--data.apply_chat_template", "--algo.advantage.estimator", "group_norm", "--algo.kl.init_coef", "0",
               "--reward.remote_url", REWARD_FILE, "--rollout.temperature", "1.0"] + sizes(N_GRPO) + IS_PINNED
-    opts = ["--steps", "3", "--prompts", str(PROMPTS), "--max-samples", str(N_GRPO)]
-    return _check("grpo", work, smoke(work, launch, *opts, env={"MICROCODER_OPENRLHF_CPU_ENGINE_START": "perturbed"}))
+    return _check("grpo", work, smoke(work, launch, *smoke_opts(N_GRPO),
+                                      env={"MICROCODER_OPENRLHF_CPU_ENGINE_START": "perturbed"}))
 
 
 @pytest.fixture(scope="module")
@@ -526,7 +531,7 @@ def test_a_vllm_worker_failure_ends_the_run_with_its_error(tmp_path):
     """The vLLM worker raises instead of receiving the first tensor of the first sync (before the trainer's
     broadcast could complete): the sender stops with that error, the run exits 1 well within the sync timeout and
     the report quotes the worker's own error."""
-    proc = smoke(tmp_path, MC, "--steps", "2", "--prompts", str(PROMPTS), "--max-samples", str(N),
+    proc = smoke(tmp_path, MC, *smoke_opts(N, steps=2),
                  env={"MICROCODER_OPENRLHF_CPU_FAIL_SYNC": "1", "MICROCODER_OPENRLHF_CPU_SYNC_TIMEOUT": "7200"})
     # the sync timeout (2 h) is longer than the smoke's hang guard: a sender that waited for it fails the test
     assert proc.returncode == 1, proc.stdout[-4000:]
