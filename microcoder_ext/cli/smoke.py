@@ -91,7 +91,8 @@ def _say(line: str = "") -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from microcoder_ext.smoke.report import format_substitutions, format_table, summary
+    from microcoder_ext import evidence
+    from microcoder_ext.smoke.report import format_substitutions, format_table, require_judged, summary
     from microcoder_ext.smoke.runner import workdir
 
     if args.launch[:1] in (["-h"], ["--help"]):  # not a launch argument: the launch is only ever parsed for real
@@ -122,6 +123,7 @@ def run(args: argparse.Namespace) -> int:
         _say(f"note: {note}")
     _say(f"running: {' '.join(plan.command[:3])} ... ({len(plan.command) - 3} arguments; log {work})")
     report = runner.run(plan, opts, progress=_say)
+    require_judged(report, evidence.read(work / "evidence.jsonl"))
     _say()
     _say(format_table(report))
     _say(summary(report))

@@ -1,7 +1,8 @@
 """OpenRLHF 0.11.2 ``--reward.remote_url <file>.py`` adapter for the code reward.
 
-``reward_func(queries, prompts, labels, **kwargs)`` is total: it never raises and returns the same keys
-every time: ``rewards`` and ``scores`` (float tensors, one per query) and ``extra_logs`` with numeric
+``reward_func(queries, prompts, labels, **kwargs)`` never raises for a sample (a bad label is verdict
+``sandbox_error``; only a setting the reward cannot run with raises ``RewardSetupError`` and stops the run) and
+returns the same keys every time: ``rewards`` and ``scores`` (float tensors, one per query) and ``extra_logs`` with numeric
 tensors only: ``pass_rate``, ``num_tests`` and one-hot ``mc_verdict_<verdict>`` for every verdict of
 ``microcoder_ext.core.verdicts`` (OpenRLHF crashes on string values). ``labels`` are the JSON test specs
 (``--data.label_key``). The response is ``query[len(prompt):]`` when the query starts with the prompt,
@@ -55,10 +56,12 @@ def _text(x) -> str:
 
 
 def _one(query, prompt, label) -> dict:
-    from microcoder_ext.reward import compute_score
+    from microcoder_ext.reward import RewardSetupError, compute_score
     try:
         return compute_score("openrlhf", response_text(_text(query), _text(prompt)), label)
-    except Exception as e:  # noqa: BLE001 - compute_score never raises; belt and braces
+    except RewardSetupError:  # a setting no sample can be judged with: stop the run, do not train on zeros
+        raise
+    except Exception as e:  # noqa: BLE001 - compute_score raises for no sample; belt and braces
         return {"score": 0.0, "pass_rate": 0.0, "num_tests": 0, "verdict": V.SANDBOX_ERROR, "detail": str(e)}
 
 

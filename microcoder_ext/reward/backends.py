@@ -19,6 +19,7 @@ from typing import Protocol, runtime_checkable
 
 from .ground_truth import TestSuite
 from .result import EvalResult
+from .setup_error import RewardSetupError
 
 
 @runtime_checkable
@@ -63,11 +64,11 @@ def get_engine(backend: str | None = None, sandbox_fusion_url: str | None = None
     (URL from the argument or MICROCODER_SANDBOX_FUSION_URL)."""
     backend = (backend or os.environ.get("MICROCODER_REWARD_BACKEND") or "local").strip().lower()
     if backend not in BACKENDS:
-        raise ValueError(f"unknown reward backend {backend!r} (one of {', '.join(BACKENDS)})")
+        raise RewardSetupError(f"unknown reward backend {backend!r} (one of {', '.join(BACKENDS)})")
     if backend == "sandbox_fusion":
         sandbox_fusion_url = sandbox_fusion_url or os.environ.get("MICROCODER_SANDBOX_FUSION_URL")
         if not sandbox_fusion_url:
-            raise ValueError("backend sandbox_fusion needs sandbox_fusion_url= or MICROCODER_SANDBOX_FUSION_URL")
+            raise RewardSetupError("backend sandbox_fusion needs sandbox_fusion_url= or MICROCODER_SANDBOX_FUSION_URL")
     key = (backend, sandbox_fusion_url if backend == "sandbox_fusion" else None)
     pid = os.getpid()
     with _engine_lock:

@@ -86,6 +86,7 @@ from .ground_truth import TestCase, TestSuite
 from .judge import (BIG_INT_KEY, MiB, _STATUS_VERDICT, _env, _json_size,  # noqa: F401
                     call_test_lines, encode_big_ints, judge, output_cap)
 from .result import EvalResult, safe_text
+from .setup_error import RewardSetupError
 from .sandbox import protocol
 from .worker_client import WorkerError, WorkerProcess
 
@@ -173,7 +174,7 @@ class Engine:
         cfg = config or EngineConfig()
         self.config = EngineConfig(**{**asdict(cfg), **overrides})
         if self.config.call_process not in CALL_PROCESSES:
-            raise ValueError(f"call_process (MICROCODER_REWARD_CALL_PROCESS) must be one of {', '.join(CALL_PROCESSES)}; "
+            raise RewardSetupError(f"call_process (MICROCODER_REWARD_CALL_PROCESS) must be one of {', '.join(CALL_PROCESSES)}; "
                              f"got {self.config.call_process!r}")
         self.slot_count = self.config.slot_count()
         self.size = self.config.workers or self.slot_count

@@ -20,6 +20,7 @@ from microcoder_ext.core import verdicts as V
 from .compare import as_bytes, compare_stdout
 from .json_match import Mismatch, TooLarge, checker_budget, match_json, parse_bounded
 from .ground_truth import TestCase, TestSuite
+from .setup_error import RewardSetupError
 
 MiB = 1 << 20
 
@@ -29,14 +30,24 @@ _STATUS_VERDICT = {"exception": V.RUNTIME_ERROR, "signal": V.RUNTIME_ERROR, "mem
                    "unserialisable": V.WRONG_ANSWER}
 
 
+_FALSE, _TRUE = ("0", "false", "no", "off"), ("1", "true", "yes", "on")
+
+
 def _env(name: str, default, cast=str):
-    """Configuration value from the environment (unset or empty: ``default``; ``bool``: 0/false/no/off)."""
+    """Configuration value from the environment (unset or empty: ``default``; ``bool``: 1/true/yes/on or
+    0/false/no/off). A value that does not parse raises :class:`RewardSetupError` naming the variable."""
     v = os.environ.get(name)
     if v is None or v == "":
         return default
     if cast is bool:
-        return v.strip().lower() not in ("0", "false", "no", "off")
-    return cast(v)
+        word = v.strip().lower()
+        if word not in _FALSE + _TRUE:
+            raise RewardSetupError(f"{name}={v!r}: expected one of {', '.join(_TRUE + _FALSE)}")
+        return word in _TRUE
+    try:
+        return cast(v)
+    except ValueError:
+        raise RewardSetupError(f"{name}={v!r}: not a valid {cast.__name__}") from None
 
 
 def judge(test: TestCase, msg: dict, suite: TestSuite) -> tuple[bool, str, str]:

@@ -137,6 +137,29 @@ def format_table(report: SmokeReport) -> str:
     return "\n".join(out)
 
 
+def require_judged(report: SmokeReport, events: list[dict] = ()) -> bool:
+    """Fail ``report`` (``ok`` False, exit status 1, the reason in ``error``) when the reward could not judge some
+    responses (verdict ``sandbox_error``: malformed tests in the data, or a sandbox failure): training would learn
+    zeros from them. ``events``: the run's evidence, whose ``reward`` events carry each such verdict's reason.
+    Returns whether every response was judged."""
+    steps = [s if isinstance(s, StepRecord) else StepRecord(**s) for s in report.steps]
+    unjudged = sum(int(s.verdicts.get("sandbox_error", 0)) for s in steps)
+    if not unjudged:
+        return True
+    total = sum(int(s.responses or sum(s.verdicts.values())) for s in steps)
+    reasons: dict[str, int] = {}
+    for e in events:
+        if e.get("event") == "reward" and e.get("verdict") == "sandbox_error" and e.get("detail"):
+            reasons[str(e["detail"])] = reasons.get(str(e["detail"]), 0) + 1
+    msg = (f"the reward could not judge {unjudged} of {total} responses (verdict sandbox_error): malformed tests in "
+           "the data (`microcoder data prepare` drops them) or a sandbox failure")
+    if reasons:
+        msg += "; reasons: " + "; ".join(f"{n}x {why}" for why, n in sorted(reasons.items(), key=lambda kv: -kv[1])[:3])
+    report.ok, report.exit_code = False, 1
+    report.error = f"{report.error}\n{msg}" if report.error else msg
+    return False
+
+
 def summary(report: SmokeReport) -> str:
     """The lines under the table: how many steps ran, and what the evidence says."""
     steps = [s if isinstance(s, StepRecord) else StepRecord(**s) for s in report.steps]

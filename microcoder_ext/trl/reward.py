@@ -5,8 +5,10 @@ of its local rows), ``prompts=``, ``completions=``, ``completion_ids=`` and ever
 argument holding one value per completion (plus ``trainer_state``, ``log_extra``, ``log_metric``). :class:`CodeReward`
 reads the tests from the column ``tests_key``, scores all completions of the call concurrently on the reward engine,
 returns the scores (1.0 only when every test passed) and keeps each completion's verdict in :attr:`last_verdicts`,
-which :class:`~microcoder_ext.trl.trainer.MicrocoderGRPOTrainer` reads for the conditional truncation mask. It never
-raises: a bad test spec or an engine failure gives 0.0 and verdict ``sandbox_error``.
+which :class:`~microcoder_ext.trl.trainer.MicrocoderGRPOTrainer` reads for the conditional truncation mask. A bad sample
+never raises: a bad test spec or an engine failure gives 0.0 and verdict ``sandbox_error``. A bad setting does
+(:class:`~microcoder_ext.reward.RewardSetupError`: no ``tests_key`` column, an unknown backend, a sandbox that cannot
+start on this host), so training stops at its first step instead of learning from zeros.
 """
 
 from __future__ import annotations
@@ -90,7 +92,6 @@ class CodeReward:
         self.max_workers = max_workers
         self.last_verdicts: list[str] = []
         self.last_results: list[dict] = []
-        self._warned_missing = False
 
     def __repr__(self) -> str:
         return f"CodeReward(tests_key={self.tests_key!r})"
@@ -119,9 +120,13 @@ class CodeReward:
 
     def __call__(self, prompts: Sequence[Any] | None = None, completions: Sequence[Any] | None = None,
                  completion_ids: Sequence[Any] | None = None, **kwargs: Any) -> list[float]:
+        from microcoder_ext.reward import RewardSetupError
+
         try:
             results = self._score(list(completions or []), kwargs)
-        except Exception as e:  # noqa: BLE001 - a reward function must never take the trainer down
+        except RewardSetupError:  # a setting no sample can be judged with: stop, do not train on zeros
+            raise
+        except Exception as e:  # noqa: BLE001 - one bad sample must never take the trainer down
             logger.exception("microcoder reward: scoring failed")
             results = [self._error(f"reward failure: {type(e).__name__}: {e}") for _ in (completions or [])]
         self.last_results = results
@@ -135,19 +140,15 @@ class CodeReward:
         return [float(r["score"]) for r in results]
 
     def _score(self, completions: list, kwargs: dict) -> list[dict]:
-        from microcoder_ext.reward import evaluate_response
+        from microcoder_ext.reward import RewardSetupError, evaluate_response
 
         n = len(completions)
         if n == 0:
             return []
         if self.tests_key not in kwargs:
-            if not self._warned_missing:
-                self._warned_missing = True
-                logger.error("microcoder reward: the dataset has no column %r with the tests (columns passed: %s); "
-                             "every completion scores 0.0 (sandbox_error)", self.tests_key,
-                             ", ".join(sorted(k for k in kwargs if k not in ("trainer_state", "log_extra",
-                                                                             "log_metric"))))
-            return [self._error(f"no tests: the dataset has no column {self.tests_key!r}") for _ in range(n)]
+            columns = ", ".join(sorted(k for k in kwargs if k not in ("trainer_state", "log_extra", "log_metric")))
+            raise RewardSetupError(f"microcoder reward: the dataset has no column {self.tests_key!r} with the tests "
+                                   f"(columns passed: {columns or 'none'}); set CodeReward(tests_key=...)")
         tests = self._column(kwargs, self.tests_key, n)
         infos = [_extra_info(x) for x in self._column(kwargs, self.extra_info_key, n)]
         sources = self._column(kwargs, self.data_source_key, n)
@@ -160,11 +161,17 @@ class CodeReward:
                 info.setdefault("data_source", sources[i])
             try:
                 return evaluate_response(texts[i], tests[i], info or None, engine=engine, **self.options).to_dict()
-            except Exception as e:  # noqa: BLE001 - evaluate_response never raises; belt and braces
+            except RewardSetupError:
+                raise
+            except Exception as e:  # noqa: BLE001 - evaluate_response never raises for a sample; belt and braces
                 return self._error(f"reward failure: {type(e).__name__}: {e}")
 
         workers = self.max_workers or max(1, int(getattr(engine, "size", 0) or 8))
         if n == 1 or workers == 1:
-            return [one(i) for i in range(n)]
-        with ThreadPoolExecutor(max_workers=min(workers, n)) as pool:
-            return list(pool.map(one, range(n)))
+            results = [one(i) for i in range(n)]
+        else:
+            with ThreadPoolExecutor(max_workers=min(workers, n)) as pool:
+                results = list(pool.map(one, range(n)))
+        if getattr(engine, "fatal", None):  # no sample can be judged on this host
+            raise RewardSetupError(f"the reward's sandbox cannot run on this host: {engine.fatal}")
+        return results

@@ -219,8 +219,14 @@ def _close_engine() -> None:
 
 
 def pytest_collection_modifyitems(items):
-    users = [item.nodeid for item in items if "rollout_engine" in getattr(item, "fixturenames", ())]
-    _ENGINE["last"] = users[-1] if users else None
+    """The tests that use the session's engine run as one block, where the first of them was collected, so that the
+    engine (a vLLM process, ~2 GB) is closed before the launches of ``test_smoke_e2e.py`` start theirs."""
+    users = [item for item in items if "rollout_engine" in getattr(item, "fixturenames", ())]
+    if users:
+        first, ids = items.index(users[0]), {id(item) for item in users}
+        others = [item for item in items if id(item) not in ids]
+        items[:] = others[:first] + users + others[first:]
+    _ENGINE["last"] = users[-1].nodeid if users else None
 
 
 def pytest_runtest_teardown(item, nextitem):

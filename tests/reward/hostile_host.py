@@ -79,6 +79,7 @@ class Ticker:
         self.max_gap = 0.0
         self.peak_rss = rss_bytes()
         self._stop = threading.Event()
+        self._ticking = threading.Event()
         self._thread = threading.Thread(target=self._run, name="hostile-ticker", daemon=True)
 
     @staticmethod
@@ -94,10 +95,14 @@ class Ticker:
             self.max_gap = max(self.max_gap, min(now - last - self.interval, cpu - last_cpu))
             last, last_cpu = now, cpu
             self.peak_rss = max(self.peak_rss, rss_bytes())
+            self._ticking.set()
 
     def __enter__(self) -> "Ticker":
         self._thread.start()
-        time.sleep(self.interval * 2)  # the thread is ticking before the call starts
+        # the thread has ticked before the call starts (a fixed sleep is not enough on a loaded host: a thread that
+        # first runs after the call grabbed the interpreter would start its clock after the stall)
+        if not self._ticking.wait(60):
+            raise RuntimeError("the ticker thread did not run within 60 s")
         return self
 
     def __exit__(self, *exc) -> None:

@@ -15,7 +15,7 @@ import math
 import pytest
 
 from microcoder_ext.core import verdicts as V
-from microcoder_ext.reward import EngineConfig
+from microcoder_ext.reward import EngineConfig, RewardSetupError
 
 # A "table" that takes WORK CPU seconds to build (a loop that a program runs in slices). Too slow for one test's
 # budget, so the large test times out when run alone; a program that keeps the partial table between tests (in
@@ -172,7 +172,7 @@ def test_a_submission_has_the_per_test_cpu_budget_per_call_and_restarts_after_a_
 def test_call_process_is_checked():
     from microcoder_ext.reward import Engine
 
-    with pytest.raises(ValueError, match="call_process .* must be one of submission, test; got 'fork'"):
+    with pytest.raises(RewardSetupError, match="call_process .* must be one of submission, test; got 'fork'"):
         Engine(EngineConfig(call_process="fork"))
 
 

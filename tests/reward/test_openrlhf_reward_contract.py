@@ -1,4 +1,5 @@
-"""The OpenRLHF reward_func contract without OpenRLHF installed: total, same keys, numeric tensors only."""
+"""The OpenRLHF reward_func contract without OpenRLHF installed: total over samples, same keys, numeric tensors only;
+a bad setting raises."""
 
 import importlib.util
 import json
@@ -42,3 +43,17 @@ def test_reward_func_is_total_with_identical_numeric_keys(path):
             assert logs[f"mc_verdict_{verdict}"].item() == 1.0
         keys = keys or list(logs)
         assert list(logs) == keys
+
+
+@pytest.mark.parametrize("path", ["reward_fns/openrlhf_reward.py", "microcoder_ext/openrlhf/openrlhf_reward.py"])
+def test_a_bad_setting_stops_the_run(path, monkeypatch):
+    from microcoder_ext.reward import RewardSetupError, reset_engine
+
+    reward_func = _load(os.path.join(ROOT, path))
+    reset_engine()
+    monkeypatch.setenv("MICROCODER_REWARD_CALL_PROCESS", "bogus")
+    try:
+        with pytest.raises(RewardSetupError, match="MICROCODER_REWARD_CALL_PROCESS"):
+            reward_func(["```python\nprint(3)\n```"], [""], [GT])
+    finally:
+        reset_engine()

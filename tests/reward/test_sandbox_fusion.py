@@ -22,7 +22,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from microcoder_ext.core import verdicts as V
-from microcoder_ext.reward import compute_score, evaluate_response, reset_engine
+from microcoder_ext.reward import RewardSetupError, compute_score, evaluate_response, reset_engine
 from microcoder_ext.reward.sandbox_fusion import SandboxFusionEngine
 
 SECRET = "7319882145"
@@ -307,10 +307,10 @@ def test_backend_registry(fake_sf, monkeypatch):
         monkeypatch.setattr(backends.os, "getpid", lambda: -1)  # as seen from a forked child
         assert backends.get_engine("sandbox_fusion", fake_sf.url) is not a
         monkeypatch.undo()
-        with pytest.raises(ValueError, match="unknown reward backend"):
+        with pytest.raises(RewardSetupError, match="unknown reward backend"):
             backends.get_engine("nope")
         monkeypatch.delenv("MICROCODER_SANDBOX_FUSION_URL", raising=False)
-        with pytest.raises(ValueError, match="needs sandbox_fusion_url"):
+        with pytest.raises(RewardSetupError, match="needs sandbox_fusion_url"):
             backends.get_engine("sandbox_fusion")
     finally:
         reset_engine()

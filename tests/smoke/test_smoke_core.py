@@ -11,7 +11,7 @@ from microcoder_ext import tiny
 from microcoder_ext import evidence
 from microcoder_ext.smoke.data import openrlhf_data, problems_data, verl_data
 from microcoder_ext.smoke.model import prepare_model
-from microcoder_ext.smoke.report import SmokeReport, StepRecord, Substitution, format_table, summary
+from microcoder_ext.smoke.report import SmokeReport, StepRecord, Substitution, format_table, require_judged, summary
 from microcoder_ext.smoke.schedule import compress_stages
 from host_load import hang_guard
 
@@ -194,6 +194,20 @@ def test_table_summary_and_json(tmp_path):
     assert data["steps"][0]["framework"]["pg_loss"] is None and data["substitutions"][0]["smoke"] == "vllm"
     failed = _report(ok=False)
     assert "FAILED" in summary(failed) and "error: boom" in summary(failed)
+
+
+def test_a_response_the_reward_could_not_judge_fails_the_smoke_with_its_reason():
+    r = _report()
+    assert require_judged(r, []) and r.ok and r.error is None
+    r.steps[0].verdicts["sandbox_error"] = 2
+    events = [{"event": "reward", "verdict": "sandbox_error", "detail": "malformed ground truth: no tests"}] * 2
+    events += [{"event": "reward", "verdict": "correct"}, {"event": "weights_sent"}]
+    assert not require_judged(r, events)
+    assert not r.ok and r.exit_code == 1
+    assert r.error == ("the reward could not judge 2 of 10 responses (verdict sandbox_error): malformed tests in the "
+                       "data (`microcoder data prepare` drops them) or a sandbox failure; reasons: 2x malformed ground "
+                       "truth: no tests")
+    assert "FAILED" in summary(r) and "could not judge 2 of 10" in summary(r)
 
 
 def test_error_excerpt_names_the_workers_root_cause_and_the_entry_points_error(tmp_path):

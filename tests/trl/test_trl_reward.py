@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from microcoder_ext.core import verdicts as V
+from microcoder_ext.reward import RewardSetupError
 from microcoder_ext.reward.leetcode import ground_truth_from_row
 from microcoder_ext.trl.reward import REWARD_NAME, CodeReward, completion_text
 
@@ -67,12 +68,12 @@ def test_stdin_problem_and_conversational_completions(digjump):
     assert logged == {"verdict": reward.last_verdicts}  # TRL's completions table gets a verdict column
 
 
-def test_missing_column_never_raises(two_sum, caplog):
+def test_a_missing_tests_column_stops_the_run(two_sum):
+    """Every completion of the run would score 0.0: a setting, not a bad sample, so it raises with the columns."""
     row, gt = two_sum
     reward = CodeReward(tests_key="tests")
-    assert reward(prompts=["q"], completions=[fenced(row["completion"])], solution=[gt]) == [0.0]
-    assert reward.last_verdicts == [V.SANDBOX_ERROR]
-    assert "no column 'tests'" in caplog.text
+    with pytest.raises(RewardSetupError, match=r"no column 'tests' with the tests \(columns passed: solution\)"):
+        reward(prompts=["q"], completions=[fenced(row["completion"])], solution=[gt])
     assert reward(prompts=[], completions=[], tests=[]) == [] and reward.last_verdicts == []
 
 

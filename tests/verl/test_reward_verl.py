@@ -64,3 +64,18 @@ def test_naive_manager_scores_with_our_compute_score(fn_name):
     assert all(list(i) == keys for i in infos)
     stacked = {k: np.array([i[k] for i in infos]) for k in keys}
     assert stacked["score"].dtype.kind == "f" and stacked["num_tests"].dtype.kind == "i"
+
+
+def test_a_bad_setting_reaches_verl_as_an_error(monkeypatch):
+    """verl's manager does not swallow what the reward raises: a setting no sample can be judged with stops the
+    step with its reason, where a verdict would have trained on zeros."""
+    from microcoder_ext.reward import RewardSetupError, reset_engine
+
+    reset_engine()
+    monkeypatch.setenv("MICROCODER_REWARD_CALL_PROCESS", "bogus")
+    try:
+        rm = load_reward_manager(_config("compute_score"), CharTokenizer())
+        with pytest.raises(RewardSetupError, match="MICROCODER_REWARD_CALL_PROCESS"):
+            rm.loop.run_until_complete(rm.run_single(_row(RESPONSES["correct"])))
+    finally:
+        reset_engine()
