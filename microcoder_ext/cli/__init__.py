@@ -23,7 +23,9 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import signal
 import sys
+import threading
 
 #: subcommand -> (module, help). The module defines ``add_arguments(parser)`` and ``run(args) -> int``.
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
@@ -58,10 +60,32 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised in the running command as Ctrl-C is, so that it stops what it started the same way (a
+    framework launch is killed with its whole process group: ``microcoder_ext.smoke.runner.run_logged``)."""
+
+
+def _raise_terminated(signum, frame) -> None:
+    raise Terminated()
+
+
 def main(argv: list[str] | None = None) -> int:
+    """Run one subcommand; its exit status. SIGTERM and Ctrl-C stop what it started and exit 143 and 130."""
     args = build_parser().parse_args(argv)
     if getattr(args, "_unavailable", None):
         print(f"error: {args._unavailable}", file=sys.stderr)
         return 2
-    return int(args._run(args) or 0)
+    in_main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _raise_terminated) if in_main_thread else None
+    try:
+        return int(args._run(args) or 0)
+    except Terminated:
+        print(f"\nmicrocoder {args.command}: stopped by SIGTERM", file=sys.stderr)
+        return 128 + signal.SIGTERM
+    except KeyboardInterrupt:
+        print(f"\nmicrocoder {args.command}: interrupted", file=sys.stderr)
+        return 128 + signal.SIGINT
+    finally:
+        if in_main_thread and previous is not None:
+            signal.signal(signal.SIGTERM, previous)
 

@@ -255,6 +255,58 @@ def test_run_logged_bounds_a_silent_hang_and_a_leftover_child(tmp_path):
     assert "parent done" in (tmp_path / "left.log").read_text()
 
 
+_LAUNCHING_COMMAND = r"""
+import argparse, os, sys
+from pathlib import Path
+import microcoder_ext.cli as cli
+from microcoder_ext.smoke.runner import run_logged
+
+def build_parser():  # a subcommand whose launch is a process group of two: a shell and a child in the background
+    parser = argparse.ArgumentParser()
+    parser.set_defaults(command="launch", _run=lambda args: run_logged(
+        ["bash", "-c", "sleep 600 & echo $! > child; echo $$ > shell; wait"], dict(os.environ),
+        Path("launch.log"), cwd=Path(".")))
+    return parser
+
+cli.build_parser = build_parser
+sys.exit(cli.main([]))
+"""
+
+
+def _gone(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"  # a zombie has stopped running
+    except FileNotFoundError:
+        return True
+
+
+def test_sigterm_to_a_microcoder_command_stops_the_launch_it_started(tmp_path):
+    """``microcoder smoke`` / ``demo`` start the framework's entry point in a process group of its own; SIGTERM to
+    ``microcoder`` (as Ctrl-C) kills that group, so nothing the launch started is left running, and exits 143."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    proc = subprocess.Popen([sys.executable, "-c", _LAUNCHING_COMMAND], cwd=tmp_path, stderr=subprocess.PIPE,
+                            text=True)
+    files = [tmp_path / "shell", tmp_path / "child"]
+    deadline = time.monotonic() + 120
+    while not all(f.is_file() and f.read_text().strip() for f in files) and time.monotonic() < deadline:
+        assert proc.poll() is None, proc.stderr.read()
+        time.sleep(0.1)
+    pids = [int(f.read_text()) for f in files]
+    assert not any(_gone(pid) for pid in pids)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=120) == 128 + signal.SIGTERM
+    assert "microcoder launch: stopped by SIGTERM" in proc.stderr.read()
+    deadline = time.monotonic() + 60
+    while not all(_gone(pid) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert all(_gone(pid) for pid in pids), pids
+
+
 def test_an_entry_point_whose_ray_node_did_not_start_is_started_again_and_nothing_else_is(tmp_path):
     """Ray waits a fixed 30 s for a new node's raylet (not configurable); on a loaded machine a launch can die in
     ``ray.init`` before anything ran. That failure alone is started again; the failed start's log is kept."""
