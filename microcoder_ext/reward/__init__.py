@@ -21,7 +21,7 @@ import time
 from microcoder_ext.core import verdicts as V
 from microcoder_ext import evidence as _evidence
 
-from .backends import Backend, get_engine, reset_engine
+from .backends import Backend, get_engine, is_process_wide, reset_engine
 from .engine import Engine, EngineConfig
 from .extract import extract_code
 from .ground_truth import GroundTruthError, TestSuite, parse_ground_truth
@@ -39,8 +39,8 @@ _CALL_OPTIONS = ("timeout", "memory_mb", "stop_on_first_failure")
 def evaluate_response(response: str, ground_truth, extra_info: dict | None = None, *, engine: Backend | None = None,
                       **options) -> EvalResult:
     """Score one response. A bad sample gives a verdict (``sandbox_error`` for malformed tests or a failed
-    sandbox); only a bad setting raises (:class:`RewardSetupError`), and with ``engine=None`` (the process-wide
-    backend: training) so does a sandbox that cannot start at all. Under ``microcoder smoke`` each call's wall
+    sandbox); only a bad setting raises (:class:`RewardSetupError`), and on the process-wide backend (``engine=None``
+    or :func:`get_engine`'s: training) so does a sandbox that cannot start at all. Under ``microcoder smoke`` each call's wall
     time and verdict (and a ``sandbox_error``'s reason) are recorded as evidence (:mod:`microcoder_ext.evidence`)."""
     result = _evaluate(response, ground_truth, extra_info, engine, options)
     if _evidence.enabled():
@@ -61,8 +61,7 @@ def _evaluate(response: str, ground_truth, extra_info, engine, options) -> EvalR
     code = extract_code(response)
     if code is None:
         return EvalResult(V.NO_ANSWER, len(suite.tests), 0, "no complete fenced code block", time.monotonic() - t0)
-    shared = engine is None
-    if shared:  # a bad backend name or setting raises here
+    if engine is None:  # a bad backend name or setting raises here
         engine = get_engine(options.get("backend"), options.get("sandbox_fusion_url"))
     try:
         opts = {k: options[k] for k in _CALL_OPTIONS if options.get(k) is not None}
@@ -74,7 +73,7 @@ def _evaluate(response: str, ground_truth, extra_info, engine, options) -> EvalR
         return EvalResult(V.SANDBOX_ERROR, len(suite.tests), 0, f"engine failure: {type(e).__name__}: {e}",
                           time.monotonic() - t0)
     fatal = getattr(engine, "fatal", None)
-    if shared and fatal:  # no sample can be judged on this host: stop the run, do not train on zeros
+    if fatal and is_process_wide(engine):  # training's engine judges no sample on this host: stop, do not train on zeros
         raise RewardSetupError(f"the reward's sandbox cannot run on this host: {fatal}")
     return result
 

@@ -79,6 +79,12 @@ def get_engine(backend: str | None = None, sandbox_fusion_url: str | None = None
         return entry[1]
 
 
+def is_process_wide(engine) -> bool:
+    """Whether ``engine`` is one of this process's :func:`get_engine` backends (training's), not one a caller made."""
+    with _engine_lock:
+        return any(pid == os.getpid() and eng is engine for pid, eng in _engines.values())
+
+
 def reset_engine() -> None:
     """Close the process-wide engines (tests)."""
     with _engine_lock:
@@ -88,4 +94,4 @@ def reset_engine() -> None:
         _engines.clear()
 
 
-__all__ = ["BACKENDS", "Backend", "get_engine", "reset_engine"]
+__all__ = ["BACKENDS", "Backend", "get_engine", "is_process_wide", "reset_engine"]

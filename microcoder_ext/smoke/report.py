@@ -112,13 +112,17 @@ def format_verdicts(counts: dict) -> str:
     return " ".join(parts) if parts else "-"
 
 
+def _records(report: SmokeReport) -> list[StepRecord]:
+    """The report's steps as :class:`StepRecord` (a report read back from JSON holds dicts)."""
+    return [s if isinstance(s, StepRecord) else StepRecord(**s) for s in report.steps]
+
+
 def format_table(report: SmokeReport) -> str:
     """The per-step table printed at the end of a smoke run."""
     header = ["step", "gen s", "reward s", "oldlp s", "update s", "sync s", "masked", "trunc", "pg_loss",
               "verdicts", "W chg", "engine=W", "T sample", "T logp", "logp check"]
     rows = []
-    for s in report.steps:
-        s = s if isinstance(s, StepRecord) else StepRecord(**s)
+    for s in _records(report):
         mc = s.microcoder
         check = s.logprob_check
         rows.append([
@@ -142,7 +146,7 @@ def require_judged(report: SmokeReport, events: list[dict] = ()) -> bool:
     responses (verdict ``sandbox_error``: malformed tests in the data, or a sandbox failure): training would learn
     zeros from them. ``events``: the run's evidence, whose ``reward`` events carry each such verdict's reason.
     Returns whether every response was judged."""
-    steps = [s if isinstance(s, StepRecord) else StepRecord(**s) for s in report.steps]
+    steps = _records(report)
     unjudged = sum(int(s.verdicts.get("sandbox_error", 0)) for s in steps)
     if not unjudged:
         return True
@@ -162,7 +166,7 @@ def require_judged(report: SmokeReport, events: list[dict] = ()) -> bool:
 
 def summary(report: SmokeReport) -> str:
     """The lines under the table: how many steps ran, and what the evidence says."""
-    steps = [s if isinstance(s, StepRecord) else StepRecord(**s) for s in report.steps]
+    steps = _records(report)
     lines = [f"{report.framework}: {len(steps)} training step(s) ran of {report.steps_requested} "
              f"({'ok' if report.ok else 'FAILED'}, {report.wall_s:.0f} s)"]
     changed = [s.weights_changed for s in steps if s.weights_changed is not None]

@@ -94,3 +94,21 @@ def test_completion_text_forms():
                             {"role": "assistant", "content": "b"}]) == "b"
     assert completion_text([{"role": "user", "content": "u"}]) == ""
     assert completion_text(None) == ""
+
+
+def test_a_sandbox_that_cannot_start_stops_the_run(two_sum, monkeypatch):
+    """CodeReward scores on the process-wide engine: one that cannot start a sandbox stops training with the reason."""
+    from microcoder_ext.reward import engine as engine_module, reset_engine
+
+    class NoFork:
+        def __init__(self, *a, **k):
+            raise OSError(11, "Resource temporarily unavailable")
+
+    row, gt = two_sum
+    reset_engine()
+    monkeypatch.setattr(engine_module, "WorkerProcess", NoFork)
+    try:
+        with pytest.raises(RewardSetupError, match="sandbox cannot run on this host: cannot start a sandbox worker"):
+            CodeReward()(prompts=["q"], completions=[fenced(row["completion"])], tests=[gt])
+    finally:
+        reset_engine()
