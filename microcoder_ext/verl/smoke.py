@@ -240,7 +240,7 @@ def plan(overrides: Sequence[str], opts: SmokeOptions, work: Path) -> VerlSmokeP
     r.set("trainer.n_gpus_per_node", gpus, "GPUs per node", "Ray logical GPUs (FSDP ranks over gloo)")
     r.set("trainer.nnodes", 1, "nodes", "one machine")
     r.values["ray_kwargs.ray_init.num_gpus"] = str(gpus)
-    r.set("ray_kwargs.ray_init.num_cpus", max(8, 4 + 2 * gpus), quiet=True)
+    r.set("ray_kwargs.ray_init.num_cpus", ray_cpus(gpus), quiet=True)
     if r.get("ray_kwargs.ray_init.include_dashboard") is None:  # its processes cost ~5% of a smoke's CPU time
         r.set("ray_kwargs.ray_init.include_dashboard", False, "Ray dashboard", "CPU time", show="off")
     r.set(f"{A}.rollout.agent.num_workers", 1, "agent-loop workers", "CPU cores")
@@ -289,6 +289,36 @@ def plan(overrides: Sequence[str], opts: SmokeOptions, work: Path) -> VerlSmokeP
                          data={"train": vars(train), "val": vars(val)}, samples_per_step=prompts * samples,
                          steps=opts.steps, logprob_temperature=None if temperature is None else float(temperature),
                          notes=notes)
+
+
+#: logical CPUs that actors outside verl's resource pool hold for the whole run: transfer queue's controller and its
+#: one storage unit (``num_data_storage_units=1`` above), 1 CPU each. Every other actor of main_ppo (TaskRunner,
+#: agent-loop and reward-loop workers) holds none once placed, but needs a free CPU to be placed: hence the spare.
+OUTSIDE_POOL_CPUS, SPARE_CPUS = 2, 2
+
+
+def ray_cpus(gpus: int) -> int:
+    """Ray's logical CPUs (``ray_kwargs.ray_init.num_cpus``) for a one-node smoke of ``gpus`` ranks.
+
+    verl's resource pool asks Ray for one placement group with a bundle of ``{CPU: max_colocate_count, GPU: 1}`` per
+    rank (:class:`verl.single_controller.ray.base.ResourcePoolManager`, 3 CPUs in verl 0.9) and waits for it with no
+    time limit, so fewer CPUs than the group and the actors outside it need hang the launch in its set-up (seen at
+    ``--gpus 4`` with 12 CPUs). At least 8, as Ray's own processes and vLLM's CPU engine start faster with room."""
+    return max(8, _colocate_count() * gpus + OUTSIDE_POOL_CPUS + SPARE_CPUS)
+
+
+def _colocate_count() -> int:
+    """The CPUs per rank of verl's resource pool: ``ResourcePoolManager.max_colocate_count``'s default."""
+    from verl.single_controller.ray.base import ResourcePoolManager
+
+    from microcoder_ext.compat import UnsupportedVersionError
+
+    field_ = getattr(ResourcePoolManager, "__dataclass_fields__", {}).get("max_colocate_count")
+    default = getattr(field_, "default", None)
+    if not isinstance(default, int) or default < 1:
+        raise UnsupportedVersionError(f"verl's ResourcePoolManager.max_colocate_count has no integer default "
+                                      f"({default!r}); microcoder smoke verl supports verl 0.9.0-0.9.1")
+    return default
 
 
 def _check_microcoder_section(cfg) -> None:

@@ -277,6 +277,65 @@ def test_plan_compresses_a_staged_schedule(tmp_path):
     assert any(s.what == "temperature stages" for s in p.substitutions)
 
 
+RESOURCE_POOL = """
+    import json, sys, threading
+    import ray
+    from verl.single_controller.ray.base import ResourcePoolManager
+    from microcoder_ext.verl.smoke import OUTSIDE_POOL_CPUS, ray_cpus
+
+    @ray.remote(num_cpus=1)
+    class Holder:  # a transfer-queue actor: 1 CPU for the whole run
+        def ping(self):
+            return 1
+
+    @ray.remote
+    class Default:  # main_ppo's TaskRunner and agent-loop/reward-loop workers: Ray's default actor resources
+        def ping(self):
+            return 1
+
+    out = {}
+    for gpus in json.loads(sys.argv[1]):
+        ray.init(num_cpus=ray_cpus(gpus), num_gpus=gpus, include_dashboard=False, log_to_driver=False)
+        holders = [Holder.remote() for _ in range(OUTSIDE_POOL_CPUS)]
+        ray.get([h.ping.remote() for h in holders])
+        manager = ResourcePoolManager({"global_pool": [gpus]}, mapping={})
+        manager.create_resource_pool()
+        pool = manager.resource_pool_dict["global_pool"]
+        placed = threading.Event()
+        threading.Thread(target=lambda: (pool.get_placement_groups(), placed.set()), daemon=True).start()
+        ok = placed.wait(float(sys.argv[2]))
+        row = {"placed": ok, "bundles": pool.pgs[0].bundle_count if ok else None,
+               "cpu_left": ray.available_resources().get("CPU", 0)}
+        if ok:
+            row["default_actor"] = ray.get(Default.remote().ping.remote(), timeout=float(sys.argv[2]))
+        out[gpus] = row
+        ray.shutdown()  # stops the local cluster this ray.init started, nothing else
+    print(json.dumps(out))
+"""
+
+
+def test_smoke_ray_cpus_place_verls_resource_pool_at_every_rank_count():
+    """verl's resource pool asks Ray for one placement group with a bundle of ``{CPU: max_colocate_count, GPU: 1}``
+    per rank and waits for it with no time limit. The smoke's Ray CPUs used to be ``max(8, 4 + 2 * gpus)``, which at
+    ``--gpus 4`` left the group pending forever once transfer queue's actors held their 2 CPUs (main_ppo sat after
+    "Disabled critic", the machine idle). Here verl's own pool is placed in a Ray started with the smoke's CPUs and
+    GPUs, those actors' CPUs already held, at 4 and at 16 ranks; an actor with Ray's default resources (as the
+    TaskRunner and the agent-loop and reward-loop workers are) is still placed after it."""
+    import json
+
+    from microcoder_ext.verl.smoke import ray_cpus
+
+    assert ray_cpus(1) == 8 and ray_cpus(4) > max(8, 4 + 2 * 4)  # the old formula, short at 4 ranks
+    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(RESOURCE_POOL), "[4, 16]", str(hang_guard(60))],
+                          capture_output=True, text=True, timeout=hang_guard(120),
+                          env={**{k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}, "VERL_PLATFORM": "cpu"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    for gpus in ("4", "16"):
+        assert got[gpus]["placed"] and got[gpus]["bundles"] == int(gpus), got
+        assert got[gpus]["cpu_left"] >= 1 and got[gpus]["default_actor"] == 1, got
+
+
 def test_plan_usage_errors(tmp_path):
     from microcoder_ext.smoke.runner import SmokeUsageError
 
