@@ -12,7 +12,10 @@ process by :func:`check_config`:
   ``microcoder_sync``'s mask would silently not be applied);
 * the ``microcoder:`` section (:func:`microcoder_ext.core.config.parse_config`, as the trainer reads it) and the
   temperature rules of ``microcoder_sync`` (:func:`microcoder_ext.verl.temperature.check_temperature_config`: one
-  source of truth, refused async modes); notes warn where the rollout's and the actor's temperatures could differ.
+  source of truth, refused async modes); notes warn where the rollout's and the actor's temperatures could differ;
+* Ray's logical CPUs where the launch fixes them (``ray_kwargs.ray_init.num_cpus``, one node): fewer than verl's
+  resource pool and transfer queue hold leave ``main_ppo`` waiting forever in its set-up
+  (:func:`microcoder_ext.verl.ray_resources.shortfall`).
 
 verl's validation requires micro-batch sizes that depend on the GPUs and that no recipe sets; unset ones are
 filled with :data:`PLACEHOLDER_MICRO_BATCH` for the checks only (:attr:`CheckReport.placeholders`). verl, Hydra and
@@ -39,6 +42,9 @@ PLACEHOLDER_MICRO_BATCH = 1
 
 #: code of the failure "trainer.use_v1=false with a non-sync trainer mode" (see :attr:`CheckReport.failure_codes`)
 LEGACY_TRAINER = "legacy-trainer"
+
+#: code of the failure "ray_kwargs.ray_init.num_cpus below what main_ppo holds" (:mod:`microcoder_ext.verl.ray_resources`)
+RAY_CPUS = "ray-cpus"
 
 #: legacy top-level reward sections (verl/trainer/config/legacy_reward_impl.yaml): verl 0.9.1's main_ppo never
 #: migrates them (only fully_async_main calls migrate_legacy_reward_impl), so values set there are ignored
@@ -190,6 +196,14 @@ def check_config(cfg) -> CheckReport:
             f"with trainer.use_v1=true applies it"
         )
     _check_temperature(cfg, report, use_v1, mode, uses_mask_trainer)
+
+    # 4. Ray's CPUs, where the launch fixes them: too few hang main_ppo's set-up (verl waits with no time limit)
+    from microcoder_ext.verl.ray_resources import shortfall
+
+    short = report.check("Ray CPUs for verl's resource pool and transfer queue", lambda: shortfall(cfg))
+    if short:
+        report.log.pop()  # the check ran; its finding is the failure
+        report.fail(short, RAY_CPUS)
     _add_warnings(cfg, report)
     return report
 

@@ -45,6 +45,9 @@ FRAMEWORK_METRICS = {"pg_loss": "actor/pg_loss", "kl_loss": "actor/kl_loss", "gr
                      "ppo_kl": "actor/ppo_kl", "pg_clipfrac": "actor/pg_clipfrac"}
 
 
+#: transfer queue's storage units in a smoke (1 CPU each for the whole run; verl's default is 8)
+SMOKE_STORAGE_UNITS = 1
+
 #: largest relative error of vLLM's packed CPU kernels vs the weights they were packed from, for "in sync" (fp32:
 #: ~1e-6; a stale packed copy: ~1)
 PACKED_TOLERANCE = 1e-3
@@ -245,7 +248,7 @@ def plan(overrides: Sequence[str], opts: SmokeOptions, work: Path) -> VerlSmokeP
         r.set("ray_kwargs.ray_init.include_dashboard", False, "Ray dashboard", "CPU time", show="off")
     r.set(f"{A}.rollout.agent.num_workers", 1, "agent-loop workers", "CPU cores")
     r.set("reward.num_workers", 1, "reward workers", "CPU cores")
-    r.values["transfer_queue.backend.SimpleStorage.num_data_storage_units"] = "1"
+    r.values["transfer_queue.backend.SimpleStorage.num_data_storage_units"] = str(SMOKE_STORAGE_UNITS)
     if r.get(f"{A}.rollout.mode") not in (None, "async"):
         r.set(f"{A}.rollout.mode", "async", quiet=True)
     r.subs.append(Substitution("collectives", "NCCL", "gloo", "no GPU"))
@@ -291,34 +294,14 @@ def plan(overrides: Sequence[str], opts: SmokeOptions, work: Path) -> VerlSmokeP
                          notes=notes)
 
 
-#: logical CPUs that actors outside verl's resource pool hold for the whole run: transfer queue's controller and its
-#: one storage unit (``num_data_storage_units=1`` above), 1 CPU each. Every other actor of main_ppo (TaskRunner,
-#: agent-loop and reward-loop workers) holds none once placed, but needs a free CPU to be placed: hence the spare.
-OUTSIDE_POOL_CPUS, SPARE_CPUS = 2, 2
-
-
 def ray_cpus(gpus: int) -> int:
-    """Ray's logical CPUs (``ray_kwargs.ray_init.num_cpus``) for a one-node smoke of ``gpus`` ranks.
+    """Ray's logical CPUs (``ray_kwargs.ray_init.num_cpus``) for a one-node smoke of ``gpus`` ranks: what the launch
+    needs to start (:func:`microcoder_ext.verl.ray_resources.node_cpus_needed`, with the smoke's one storage unit) and
+    one to spare, at least 8 (Ray's own processes and vLLM's CPU engine start faster with room). Fewer left
+    ``--gpus 4`` waiting forever in verl's set-up."""
+    from microcoder_ext.verl.ray_resources import node_cpus_needed
 
-    verl's resource pool asks Ray for one placement group with a bundle of ``{CPU: max_colocate_count, GPU: 1}`` per
-    rank (:class:`verl.single_controller.ray.base.ResourcePoolManager`, 3 CPUs in verl 0.9) and waits for it with no
-    time limit, so fewer CPUs than the group and the actors outside it need hang the launch in its set-up (seen at
-    ``--gpus 4`` with 12 CPUs). At least 8, as Ray's own processes and vLLM's CPU engine start faster with room."""
-    return max(8, _colocate_count() * gpus + OUTSIDE_POOL_CPUS + SPARE_CPUS)
-
-
-def _colocate_count() -> int:
-    """The CPUs per rank of verl's resource pool: ``ResourcePoolManager.max_colocate_count``'s default."""
-    from verl.single_controller.ray.base import ResourcePoolManager
-
-    from microcoder_ext.compat import UnsupportedVersionError
-
-    field_ = getattr(ResourcePoolManager, "__dataclass_fields__", {}).get("max_colocate_count")
-    default = getattr(field_, "default", None)
-    if not isinstance(default, int) or default < 1:
-        raise UnsupportedVersionError(f"verl's ResourcePoolManager.max_colocate_count has no integer default "
-                                      f"({default!r}); microcoder smoke verl supports verl 0.9.0-0.9.1")
-    return default
+    return max(8, node_cpus_needed(gpus, 1, storage_units=SMOKE_STORAGE_UNITS) + 1)
 
 
 def _check_microcoder_section(cfg) -> None:

@@ -157,3 +157,31 @@ def test_single_node_environment_and_refusals(tmp_path, stub_repo):
     assert r.returncode == 2 and "not inside a SLURM job" in r.stderr
     r = sbatch(verl, {**env, "SLURM_SUBMIT_DIR": str(tmp_path), "REPO": str(tmp_path / "nowhere")})
     assert r.returncode == 2 and "train.sh not found" in r.stderr
+
+
+def test_verl_refuses_a_node_with_fewer_cpus_than_verl_holds(tmp_path, stub_repo):
+    """verl waits with no time limit for its Ray placements (3 CPUs and a GPU per rank for its resource pool, 1 CPU
+    per transfer queue actor, one free to place the rest: microcoder_ext/verl/ray_resources.py), so a job whose
+    --cpus-per-task falls short would hold its GPUs doing nothing: the template refuses it before Ray starts, naming
+    the value that fixes it."""
+    verl = stub_repo / "verl_recipes" / "slurm.sbatch"
+    env = fake_slurm(tmp_path, ["gpu-a01"], SLURM_SUBMIT_DIR=str(stub_repo), ALGO="microcoder", GPUS_PER_NODE="8")
+    r = sbatch(verl, {**env, "SLURM_CPUS_PER_TASK": "16"})
+    assert r.returncode == 2 and "ray start" not in r.stdout, r.stdout
+    assert "Ray would get 16 CPUs per node (SLURM_CPUS_PER_TASK), short of the 34 that verl needs" in r.stderr
+    assert "Submit with --cpus-per-task=34 or more" in r.stderr
+    r = sbatch(verl, {**env, "SLURM_CPUS_PER_TASK": "34"})
+    assert r.returncode == 0, r.stderr
+    # fewer storage units (the launch's own override) need fewer CPUs: 24 + 2 + the controller + 1 free
+    r = sbatch(verl, {**env, "SLURM_CPUS_PER_TASK": "28"}, "transfer_queue.backend.SimpleStorage.num_data_storage_units=2")
+    assert r.returncode == 0, r.stderr
+    # OpenRLHF places its own actors: not checked by this rule
+    r = sbatch(stub_repo / "openrlhf_recipes" / "slurm.sbatch", {**env, "SLURM_CPUS_PER_TASK": "16"})
+    assert r.returncode == 0, r.stderr
+    # two nodes: the 8 units round robin, 4 on each
+    (tmp_path / "two").mkdir()
+    two = fake_slurm(tmp_path / "two", ["gpu-a01", "gpu-a02"], SLURM_SUBMIT_DIR=str(stub_repo), ALGO="microcoder",
+                     GPUS_PER_NODE="8")
+    r = sbatch(verl, {**two, "SLURM_CPUS_PER_TASK": "29"})
+    assert r.returncode == 2 and "short of the 30 that verl needs" in r.stderr
+    assert sbatch(verl, {**two, "SLURM_CPUS_PER_TASK": "30"}).returncode == 0

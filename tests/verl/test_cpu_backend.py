@@ -281,10 +281,10 @@ RESOURCE_POOL = """
     import json, sys, threading
     import ray
     from verl.single_controller.ray.base import ResourcePoolManager
-    from microcoder_ext.verl.smoke import OUTSIDE_POOL_CPUS, ray_cpus
+    from microcoder_ext.verl.smoke import SMOKE_STORAGE_UNITS, ray_cpus
 
     @ray.remote(num_cpus=1)
-    class Holder:  # a transfer-queue actor: 1 CPU for the whole run
+    class Holder:  # transfer queue's controller and each storage unit: 1 CPU for the whole run
         def ping(self):
             return 1
 
@@ -296,7 +296,7 @@ RESOURCE_POOL = """
     out = {}
     for gpus in json.loads(sys.argv[1]):
         ray.init(num_cpus=ray_cpus(gpus), num_gpus=gpus, include_dashboard=False, log_to_driver=False)
-        holders = [Holder.remote() for _ in range(OUTSIDE_POOL_CPUS)]
+        holders = [Holder.remote() for _ in range(1 + SMOKE_STORAGE_UNITS)]
         ray.get([h.ping.remote() for h in holders])
         manager = ResourcePoolManager({"global_pool": [gpus]}, mapping={})
         manager.create_resource_pool()

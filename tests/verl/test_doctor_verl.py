@@ -74,6 +74,11 @@ CONFIGS: dict[str, tuple[str | None, list[str]]] = {
     "async": ("microcoder", LAUNCH + ["trainer.v1.trainer_mode=colocate_async"]),
     "async_dapo": ("dapo_baseline", LAUNCH + ["trainer.v1.trainer_mode=colocate_async"]),
     "plus_recipe": (None, ["+recipe=microcoder", *LAUNCH, "data.max_response_length=2048"]),
+    # Ray's CPUs fixed for one 8-GPU node (verl's yaml: "use a fixed number ... when using SLURM")
+    "ray_cpus_16": ("microcoder", LAUNCH + ["trainer.n_gpus_per_node=8", "ray_kwargs.ray_init.num_cpus=16"]),
+    "ray_cpus_34": ("microcoder", LAUNCH + ["trainer.n_gpus_per_node=8", "ray_kwargs.ray_init.num_cpus=34"]),
+    "ray_cpus_one_unit": ("microcoder", LAUNCH + ["trainer.n_gpus_per_node=8", "ray_kwargs.ray_init.num_cpus=27",
+                                                  "transfer_queue.backend.SimpleStorage.num_data_storage_units=1"]),
 }
 
 
@@ -221,6 +226,20 @@ def test_async(plans):
     assert ("async", "error") in found(plans, "async")
     assert "invalid-config" not in codes(plans, "async")  # recipe show's async refusal is the same problem
     assert "async" not in codes(plans, "async_dapo")  # no mask, no controller: verl's own async trainer
+
+
+def test_ray_cpus_short_of_what_main_ppo_holds(plans):
+    """verl's resource pool (3 CPUs and a GPU per rank) and transfer queue (its controller and 8 storage units, 1 CPU
+    each) hold 34 CPUs of an 8-GPU node, one more must be free to place the actors that hold none, and verl waits for
+    its placement with no time limit: 16 CPUs would hang main_ppo's set-up (tests/verl/test_cpu_backend.py places
+    verl's own pool that way). The finding names the knob and the value that fixes it."""
+    (f,) = [f for f in diagnose(plans["ray_cpus_16"]) if f.code == "invalid-config"]
+    assert f.severity == "error"
+    assert "ray_kwargs.ray_init.num_cpus=16 is short of the 34 CPUs main_ppo needs" in f.message
+    assert "Set ray_kwargs.ray_init.num_cpus=34" in f.message
+    assert diagnose(plans["ray_cpus_34"]) == []
+    assert diagnose(plans["ray_cpus_one_unit"]) == []  # 24 + 1 unit + the controller + 1 free = 27
+    assert diagnose(plans["microcoder"]) == []  # null: Ray counts the node's cores
 
 
 def test_reported_once_by_code_not_by_text(monkeypatch):
