@@ -253,17 +253,23 @@ def is_correction_on(args) -> bool:
 
 def run_rollout(engine: RolloutEngine, args, tokenizer, requests, seeds) -> list[list[dict]]:
     """Per ``(prompt, label)`` of ``requests``, one group: the responses of the real
-    ``RolloutRayActor.generate_responses`` for each per-request sampling seed of ``seeds`` (one request each, all in
-    flight at once as ``SamplesGenerator`` sends them). vLLM draws a seeded request's tokens from that request's own
-    generator: what it answers does not depend on what else is in its batch."""
+    ``RolloutRayActor.generate_responses`` for each per-request sampling seed of that prompt's list in ``seeds`` (one
+    request each, all in flight at once as ``SamplesGenerator`` sends them). vLLM draws a seeded request's tokens from
+    that request's own generator: what it answers does not depend on what else is in its batch."""
+    assert len(seeds) == len(requests) and all(isinstance(group, list) for group in seeds), seeds
+
     async def generate_all():
         return await asyncio.gather(*(
             engine.actor.generate_responses(prompt=prompt, label=label, sampling_params=sampling_params(args, s),
                                             max_length=args.data.max_len, hf_tokenizer=tokenizer, num_samples=1)
-            for prompt, label in requests for s in seeds))
+            for (prompt, label), group in zip(requests, seeds) for s in group))
 
     flat = [r for one in engine.run(generate_all()) for r in one]
-    return [flat[i:i + len(seeds)] for i in range(0, len(flat), len(seeds))]
+    out, i = [], 0
+    for group in seeds:
+        out.append(flat[i:i + len(group)])
+        i += len(group)
+    return out
 
 
 @pytest.fixture(scope="session")

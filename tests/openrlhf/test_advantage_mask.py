@@ -24,7 +24,7 @@ from microcoder_ext.core.masking import conditional_truncation_mask  # noqa: E40
 from microcoder_ext.openrlhf.advantage_mask import MASKED_KEY, apply_truncation_mask, response_tokens  # noqa: E402
 
 from openrlhf_cases import (  # noqa: E402
-    MAX_NEW, M, N, SEEDS, group_rewards, make_flow, masked_at_rho_1, per_sample, sample_facts)
+    M, N, ended_with_eos, group_rewards, make_flow, masked_at_rho_1, per_sample, response_length, sample_facts)
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +44,7 @@ def test_rollout_has_what_the_mask_needs(flow, tiny_model):
     tokens = per_sample(batches, response_tokens)
     truncated = [t for _, t, _ in flow.facts]
     # OpenRLHF's flag (vLLM finish_reason "length") is "used the whole budget without ending in EOS"
-    assert truncated == [t.numel() == MAX_NEW and int(t[-1]) != eos for t in tokens]
+    assert truncated == [t.numel() == flow.budget and int(t[-1]) != eos for t in tokens]
     assert any(truncated) and not all(truncated)
     assert all(int(t[-1]) == eos for t, cut in zip(tokens, truncated) if not cut)
     verdicts = {v for v, _, _ in flow.facts}
@@ -59,7 +59,7 @@ def test_rho1_masks_exactly_the_eligible_rows(flow, mode, repeat_check):
     batches = flow.step()
     before = copy.deepcopy(batches)
     cfg = MaskConfig(rho=1.0, m=M, mode=mode, repeat_check=repeat_check)
-    metrics = apply_truncation_mask(batches, cfg, step=7, max_response_length=MAX_NEW)
+    metrics = apply_truncation_mask(batches, cfg, step=7, max_response_length=flow.budget)
 
     want = [masked_at_rho_1(v, t, r, mode) for v, t, r in sample_facts(before, M, repeat_check)]
     assert per_sample(batches, lambda b, j: b.info[MASKED_KEY][j].item()) == [float(w) for w in want]
@@ -142,7 +142,7 @@ def test_coins_are_per_step_and_resume_safe(flow):
     toks = per_sample(batches, response_tokens)
     lengths = torch.tensor([t.numel() for t in toks])
     padded = torch.nn.utils.rnn.pad_sequence(toks, batch_first=True)
-    core = conditional_truncation_mask(padded, lengths, MAX_NEW, [v for v, _, _ in flow.facts], rho=0.5, m=M,
+    core = conditional_truncation_mask(padded, lengths, flow.budget, [v for v, _, _ in flow.facts], rho=0.5, m=M,
                                        generator=cfg.generator(4))
     assert [float(x) for x in core.tolist()] == runs[4]
 
@@ -221,18 +221,19 @@ def eos_flow(flow, cli, reward_files, tiny_model, rollout_responses, make_genera
     cut there. The tests read which rows the engine answered so, they do not assume it."""
     eos = tiny_model.tokenizer.eos_token_id
     for g, group in enumerate(flow.responses):
-        lengths = [r["action_ranges"][0][1] - r["action_ranges"][0][0] for r in group]
-        ended = [not r["truncated"] and r["observation_tokens"][-1] == eos for r in group]
+        lengths = [response_length(r) for r in group]
+        ended = [ended_with_eos(r, eos) for r in group]
         stopped = [k for k in range(len(group)) if ended[k]]
         if not stopped:
             continue
         a = max(stopped, key=lambda k: lengths[k])
-        longer = [k for k in range(len(group)) if lengths[k] > lengths[a]]
+        longer = [k for k in range(len(group))  # went on past L: longer, or cut by a budget of at least L
+                  if lengths[k] > lengths[a] or (group[k]["truncated"] and lengths[k] >= lengths[a])]
         if longer:
-            seeds = [SEEDS[a], SEEDS[longer[0]]] + [s for k, s in enumerate(SEEDS) if k not in (a, longer[0])]
+            own = flow.seeds[g]
+            seeds = [own[a], own[longer[0]]] + [s for k, s in enumerate(own) if k not in (a, longer[0])]
             out = make_flow(cli, reward_files, tiny_model, rollout_responses, make_generate_kwargs, prompts=1,
-                            seeds=seeds, max_new=lengths[a], first=g)
-            out.budget = lengths[a]
+                            seeds=[seeds], max_new=lengths[a], temperature=flow.temperature, first=g)
             return out
     raise AssertionError("no prompt of the rollout has a response that ended with EOS and a longer one")
 

@@ -19,7 +19,7 @@ from microcoder_ext.core import verdicts as V  # noqa: E402
 from microcoder_ext.core.config import MaskConfig  # noqa: E402
 from microcoder_ext.openrlhf.advantage_mask import MASKED_KEY, apply_truncation_mask  # noqa: E402
 
-from openrlhf_cases import MAX_NEW, M, N, group_rewards, make_flow, masked_at_rho_1, per_sample  # noqa: E402
+from openrlhf_cases import M, N, group_rewards, make_flow, masked_at_rho_1, per_sample  # noqa: E402
 
 PROMPTS = 2
 
@@ -72,7 +72,7 @@ def test_hook_wraps_the_instance_with_the_args_length_limit(flow):
     maker, other = flow.maker(), flow.maker()
     hook = install_truncation_mask(maker, MaskConfig(rho=1.0, m=M), flow.args)
     assert maker.compute_advantages_and_returns is hook and isinstance(hook, TruncationMaskHook)
-    assert hook.max_response_length == MAX_NEW == flow.args.rollout.max_new_tokens
+    assert hook.max_response_length == flow.budget == flow.args.rollout.max_new_tokens
     assert RemoteExperienceMaker.compute_advantages_and_returns is original  # the class is untouched
     assert other.compute_advantages_and_returns.__func__ is original  # so is every other instance
     assert hook.__name__ == "compute_advantages_and_returns"
@@ -142,7 +142,7 @@ def test_coins_come_from_the_step_the_trainer_sets(flow):
         hook.step = step
         via_hook = maker.compute_advantages_and_returns(flow.batches())
         direct = flow.maker().compute_advantages_and_returns(flow.batches())
-        apply_truncation_mask(direct, cfg, step=step, max_response_length=MAX_NEW)  # cfg.generator(step) coins
+        apply_truncation_mask(direct, cfg, step=step, max_response_length=flow.budget)  # cfg.generator(step) coins
         got = per_sample(via_hook, lambda b, j: b.info[MASKED_KEY][j].item())
         assert got == per_sample(direct, lambda b, j: b.info[MASKED_KEY][j].item())
         assert all(m == 0.0 or e for m, e in zip(got, flow.masked))
