@@ -20,8 +20,9 @@ in-process (LeetCode only:
 the same solution compiled, exec'd and called in this process with no sandbox and no process at all, results compared
 by the same comparison: the floor any evaluator has; and bare fork: a small pre-started process forks one child per
 completion that runs it with no sandbox layer (it pre-imports what our workers pre-import), the cost of process
-isolation alone; both printed as "floor"
-slowdowns); verl prime_code as verl runs it
+isolation alone; bare fork per test (CodeContests only): the same server forks one child per TEST, which runs the
+program on that test's input, no sandbox layer: the floor of a fresh process per stdin test; all three printed as
+"floor" slowdowns); verl prime_code as verl runs it
 by default (``default_compute_score`` -> ``prime_code.compute_score(continuous=True)``: one process for all tests,
 on a failure a re-run of only the FIRST 10 tests one by one; pass = score 1.0); prime_code strict
 (``continuous=False``: the first all-tests run only; verl 0.9.1 raises UnboundLocalError on failures, counted as 0).
@@ -63,6 +64,7 @@ import reward_data as rd  # noqa: E402
 PER_TEST = "microcoder, process per test"
 BARE = "bare in-process (no sandbox)"
 BARE_FORK = "bare fork (no sandbox)"
+BARE_FORK_TEST = "bare fork per test (no sandbox)"
 #: the "bare fork" reference: per request line {code, fn, inputs}, fork a child that runs the solution, answer one
 #: line with the JSON list of return values ({"error": ...} if it raised)
 FORK_SERVER = r"""
@@ -98,6 +100,66 @@ for line in sys.stdin.buffer:
     os.close(r)
     os.waitpid(pid, 0)
     sys.stdout.buffer.write(b"".join(chunks) + b"\n")
+    sys.stdout.buffer.flush()
+"""
+#: the floor of a fresh process per stdin test: per test one fork of a small pre-started server, the test's input
+#: on the child's stdin (a memfd), its stdout in a pipe; the program compiled once per completion, the modules our
+#: launcher imports when a program names them imported likewise before the forks; no sandbox layer
+FORK_SERVER_STDIN = r"""
+import json, os, sys
+for name in json.loads(sys.argv[1]):
+    try:
+        __import__(name)
+    except ImportError:
+        pass
+devnull = os.open(os.devnull, os.O_WRONLY)
+for line in sys.stdin.buffer:
+    job = json.loads(line)
+    for name in json.loads(sys.argv[2]):  # what our launcher imports when the program names it
+        if name in job["code"] and name not in sys.modules:
+            try:
+                __import__(name)
+            except ImportError:
+                pass
+    try:
+        code = compile(job["code"], "solution.py", "exec")
+    except BaseException as e:
+        sys.stdout.buffer.write(json.dumps({"error": repr(e)}).encode() + b"\n")
+        sys.stdout.buffer.flush()
+        continue
+    outs = []
+    for data in job["inputs"]:
+        fd = os.memfd_create("stdin")
+        os.write(fd, data.encode())
+        os.lseek(fd, 0, 0)
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.close(r)
+            os.dup2(fd, 0)
+            os.dup2(w, 1)
+            os.dup2(devnull, 2)
+            sys.stdin = open(0, closefd=False)
+            sys.stdout = open(1, "w", closefd=False)
+            try:
+                exec(code, {"__name__": "__main__"})
+            except SystemExit:
+                pass
+            except BaseException:
+                pass
+            try:
+                sys.stdout.flush()
+            finally:
+                os._exit(0)
+        os.close(w)
+        os.close(fd)
+        chunks = []
+        while chunk := os.read(r, 1 << 16):
+            chunks.append(chunk)
+        os.close(r)
+        os.waitpid(pid, 0)
+        outs.append(b"".join(chunks).decode(errors="replace"))
+    sys.stdout.buffer.write(json.dumps(outs).encode() + b"\n")
     sys.stdout.buffer.flush()
 """
 CC_SEVERAL_ANSWERS = ("1025_B", "1090_C", "1214_H")  # need a checker; prime_code cannot judge other valid answers
@@ -335,7 +397,7 @@ def main() -> int:
     from verl.utils.reward_score import prime_code
 
     from microcoder_ext.reward import Engine, EngineConfig, evaluate_response
-    from microcoder_ext.reward.compare import compare_values
+    from microcoder_ext.reward.compare import compare_stdout, compare_values
 
     try:
         lc = rd.leetcode_problems(limit=max(args.leetcode, args.cycled))
@@ -395,6 +457,7 @@ def main() -> int:
         fn = getattr(g["Solution"](), truth["fn_name"])
         return all(compare_values(exp, fn(**kw))[0] for kw, exp in zip(truth["inputs"], truth["outputs"]))
 
+    from microcoder_ext.reward.sandbox.child import ON_DEMAND_IMPORT
     from microcoder_ext.reward.sandbox.worker import JUDGE_MODULES, STDLIB_PREIMPORT
 
     preimport = json.dumps(list(STDLIB_PREIMPORT) + list(JUDGE_MODULES))
@@ -410,6 +473,26 @@ def main() -> int:
         fork_server.stdin.flush()
         got = json.loads(fork_server.stdout.readline())
         return isinstance(got, list) and all(compare_values(exp, v)[0] for v, exp in zip(got, truth["outputs"]))
+
+    stdin_fork_server = None
+
+    def bare_fork_per_test(it):
+        """The floor of a fresh process per stdin test: a small pre-started server forks one child per test (no
+        sandbox layer, no limit, no time-out), which runs the program on the test's input; outputs compared here
+        by the same comparison as ours."""
+        nonlocal stdin_fork_server
+        if stdin_fork_server is None:
+            stdin_fork_server = subprocess.Popen([sys.executable, "-I", "-c", FORK_SERVER_STDIN, preimport,
+                                                  json.dumps(list(ON_DEMAND_IMPORT))],
+                                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                                 env={"PYTHONINTMAXSTRDIGITS": "0", "PATH": os.defpath})
+        tests = json.loads(it["ours"])["tests"]
+        stdin_fork_server.stdin.write(json.dumps({"code": it["code"],
+                                                  "inputs": [t["input"]["stdin"] for t in tests]}).encode() + b"\n")
+        stdin_fork_server.stdin.flush()
+        got = json.loads(stdin_fork_server.stdout.readline())
+        return isinstance(got, list) and all(compare_stdout(t["output"]["stdout"], out)[0]
+                                             for t, out in zip(tests, got))
 
     def prime_default(it):
         res, _ = prime_code.compute_score(f"```python\n{it['code']}\n```", it["prime"], continuous=True)
@@ -432,7 +515,7 @@ def main() -> int:
     for wl, correct, mutants in workloads:
         for mode, items in (("all-correct", correct), ("mixed: half wrong on LAST test", mixed(correct, mutants))):
             extra = ([(PER_TEST, ours_per_test), (BARE, bare_in_process), (BARE_FORK, bare_fork)]
-                     if wl.startswith("leetcode") else [])
+                     if wl.startswith("leetcode") else [(BARE_FORK_TEST, bare_fork_per_test)])
             passes = {ev: [] for ev, _ in evaluators + extra}
             for rep in range(args.repeats):
                 for ev, fn in evaluators + extra:
@@ -451,8 +534,10 @@ def main() -> int:
     engine.close()
     if per_test_engine is not None:
         per_test_engine.close()
-    fork_server.stdin.close()
-    fork_server.wait()
+    for server in (fork_server, stdin_fork_server):
+        if server is not None:
+            server.stdin.close()
+            server.wait()
     if baseline is not None:
         baseline.close()
     if infra:
@@ -478,12 +563,13 @@ def main() -> int:
     for wl, mode, sel, ours_r in selections():
         parts = [f"vs {ev.split(' ', 1)[1]}: {ours_r['completions_s'] / r['completions_s']:.2f}x "
                  f"(p50 {r['p50_ms'] / ours_r['p50_ms']:.1f}x{_pass_range(ours_r, r)})" for ev, r in sel.items()
-                 if ev not in ("microcoder", BARE, BARE_FORK)]
+                 if ev not in ("microcoder", BARE, BARE_FORK, BARE_FORK_TEST)]
         print(f"  {wl:<36}{mode:<32}" + "; ".join(parts))
     print("\nfloor: microcoder time / bare time (same completions; 1.0 = no overhead at all):")
     for wl, mode, sel, ours_r in selections():
         parts = [f"vs {ev.split(' (')[0]}: {ours_r['total_s'] / sel[ev]['total_s']:.1f}x "
-                 f"(p50 {ours_r['p50_ms']:.2f} ms vs {sel[ev]['p50_ms']:.2f} ms)" for ev in (BARE, BARE_FORK)
+                 f"(p50 {ours_r['p50_ms']:.2f} ms vs {sel[ev]['p50_ms']:.2f} ms)"
+                 for ev in (BARE, BARE_FORK, BARE_FORK_TEST)
                  if ev in sel]
         if parts:
             print(f"  {wl:<36}{mode:<32}" + "; ".join(parts))
