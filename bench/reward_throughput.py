@@ -65,9 +65,9 @@ PER_TEST = "microcoder, process per test"
 BARE = "bare in-process (no sandbox)"
 BARE_FORK = "bare fork (no sandbox)"
 BARE_FORK_TEST = "bare fork per test (no sandbox)"
-#: the "bare fork" reference: per request line {code, fn, inputs}, fork a child that runs the solution, answer one
-#: line with the JSON list of return values ({"error": ...} if it raised)
-FORK_SERVER = r"""
+#: what both fork servers run first: the modules our sandbox workers pre-import (argv[1]), /dev/null, and a reader
+#: of a child's result pipe to its end
+_SERVER_PRELUDE = r"""
 import json, os, sys
 for name in json.loads(sys.argv[1]):  # the modules our sandbox workers pre-import: same start for both
     try:
@@ -75,6 +75,18 @@ for name in json.loads(sys.argv[1]):  # the modules our sandbox workers pre-impo
     except ImportError:
         pass
 devnull = os.open(os.devnull, os.O_WRONLY)
+
+
+def read_all(fd):
+    chunks = []
+    while chunk := os.read(fd, 1 << 16):
+        chunks.append(chunk)
+    os.close(fd)
+    return b"".join(chunks)
+"""
+#: the "bare fork" reference: per request line {code, fn, inputs}, fork a child that runs the solution, answer one
+#: line with the JSON list of return values ({"error": ...} if it raised)
+FORK_SERVER = _SERVER_PRELUDE + r"""
 for line in sys.stdin.buffer:
     job = json.loads(line)
     r, w = os.pipe()
@@ -94,25 +106,15 @@ for line in sys.stdin.buffer:
             view = view[os.write(w, view):]
         os._exit(0)
     os.close(w)
-    chunks = []
-    while chunk := os.read(r, 1 << 16):
-        chunks.append(chunk)
-    os.close(r)
+    data = read_all(r)
     os.waitpid(pid, 0)
-    sys.stdout.buffer.write(b"".join(chunks) + b"\n")
+    sys.stdout.buffer.write(data + b"\n")
     sys.stdout.buffer.flush()
 """
 #: the floor of a fresh process per stdin test: per test one fork of a small pre-started server, the test's input
 #: on the child's stdin (a memfd), its stdout in a pipe; the program compiled once per completion, the modules our
 #: launcher imports when a program names them imported likewise before the forks; no sandbox layer
-FORK_SERVER_STDIN = r"""
-import json, os, sys
-for name in json.loads(sys.argv[1]):
-    try:
-        __import__(name)
-    except ImportError:
-        pass
-devnull = os.open(os.devnull, os.O_WRONLY)
+FORK_SERVER_STDIN = _SERVER_PRELUDE + r"""
 for line in sys.stdin.buffer:
     job = json.loads(line)
     for name in json.loads(sys.argv[2]):  # what our launcher imports when the program names it
@@ -143,9 +145,7 @@ for line in sys.stdin.buffer:
             sys.stdout = open(1, "w", closefd=False)
             try:
                 exec(code, {"__name__": "__main__"})
-            except SystemExit:
-                pass
-            except BaseException:
+            except BaseException:  # SystemExit included: the output is what counts
                 pass
             try:
                 sys.stdout.flush()
@@ -153,12 +153,9 @@ for line in sys.stdin.buffer:
                 os._exit(0)
         os.close(w)
         os.close(fd)
-        chunks = []
-        while chunk := os.read(r, 1 << 16):
-            chunks.append(chunk)
-        os.close(r)
+        out = read_all(r)
         os.waitpid(pid, 0)
-        outs.append(b"".join(chunks).decode(errors="replace"))
+        outs.append(out.decode(errors="replace"))
     sys.stdout.buffer.write(json.dumps(outs).encode() + b"\n")
     sys.stdout.buffer.flush()
 """
