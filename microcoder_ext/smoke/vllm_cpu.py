@@ -135,35 +135,81 @@ def _packed_names(model) -> dict[str, list[str]]:
     return {k: list(v) for k, v in dict(mapping).items()}
 
 
+def _tp_group():
+    """vLLM's tensor-parallel group of this worker (None outside a distributed vLLM worker or at TP 1)."""
+    try:
+        from vllm.distributed import get_tp_group
+
+        group = get_tp_group()
+    except (ImportError, AssertionError):  # not initialised: an engine without a TP group
+        return None
+    return group if group.world_size > 1 else None
+
+
+def _shards(tensor, group) -> list:
+    """Every TP rank's copy of this parameter, in rank order (``[tensor]`` at TP 1; a collective: every rank of the
+    group calls it for the same parameters in the same order)."""
+    if group is None:
+        return [tensor]
+    import torch.distributed as dist
+
+    parts = [tensor.new_empty(tensor.shape) for _ in range(group.world_size)]
+    dist.all_gather(parts, tensor.contiguous(), group=group.cpu_group)
+    return parts
+
+
+def _sharded_dim(module, leaf: str) -> int | None:
+    """The dimension along which vLLM splits this parameter over TP ranks (None: replicated)."""
+    if getattr(module, "tp_size", 1) <= 1:
+        return None
+    kind = {c.__name__ for c in type(module).__mro__}
+    if "RowParallelLinear" in kind:
+        return 1 if leaf == "weight" else None  # a row-parallel bias is added once, after the reduce
+    if kind & {"ColumnParallelLinear", "VocabParallelEmbedding"}:
+        return 0
+    return None
+
+
 def hf_layout(model, dtype=None) -> tuple[dict, list[str]]:
     """The engine's weights in Hugging Face names: ``({name: tensor}, [names it could not map])``.
 
-    ``model``: vLLM's model (``model_runner.model``), tensor parallel size 1. Merged linear parameters are split by
-    the layer's ``output_partition_sizes`` and named by ``packed_modules_mapping``; embedding / LM-head rows beyond
-    ``org_vocab_size`` (vLLM's padding) are dropped; tensors are cast to ``dtype`` when given (exact for the
-    widening vLLM does, e.g. a bf16 bias kept in fp32 by the SGL kernels)."""
+    ``model``: vLLM's model (``model_runner.model``). At tensor parallel size > 1 every shard is gathered from the
+    worker's TP group (a collective: call it on every rank of the group), so each rank returns the whole model, rebuilt
+    from what every rank holds. Merged linear parameters are split by the layer's ``output_partition_sizes`` (per
+    rank) and named by ``packed_modules_mapping``; K/V heads replicated over ranks (fewer KV heads than TP ranks) are
+    taken once; embedding / LM-head rows beyond ``org_vocab_size`` (vLLM's padding) are dropped; tensors are cast to
+    ``dtype`` when given (exact for the widening vLLM does, e.g. a bf16 bias kept in fp32 by the SGL kernels)."""
+    import torch
+
     packed = _packed_names(model)
     modules = dict(model.named_modules(remove_duplicate=False))
+    group = _tp_group()
     out, unmapped = {}, []
     for name, param in model.named_parameters(remove_duplicate=False):
         module_name, _, leaf = name.rpartition(".")
         module = modules.get(module_name)
-        tensor = param.detach()
-        if tensor.numel() == 0:
+        dim = _sharded_dim(module, leaf)
+        parts = _shards(param.detach(), group if dim is not None else None)
+        if parts[0].numel() == 0:
             unmapped.append(f"{name} (empty: packed without its weight)")
             continue
-        org_vocab = getattr(module, "org_vocab_size", None)
-        if org_vocab is not None and tensor.dim() >= 1 and tensor.shape[0] > org_vocab:
-            tensor = tensor[:org_vocab]
         parent, _, short = module_name.rpartition(".")
         sizes = list(getattr(module, "output_partition_sizes", None) or [])
         if short in packed and len(sizes) == len(packed[short]) > 1:
-            if tensor.shape[0] != sum(sizes):
-                unmapped.append(f"{name} (rows {tensor.shape[0]} != {sum(sizes)})")
+            if any(part.shape[0] != sum(sizes) for part in parts):
+                unmapped.append(f"{name} (rows {parts[0].shape[0]} != {sum(sizes)})")
                 continue
-            for sub, part in zip(packed[short], tensor.split(sizes, dim=0)):
-                out[f"{parent}.{sub}.{leaf}" if parent else f"{sub}.{leaf}"] = part
+            pieces = [part.split(sizes, dim=0) for part in parts]  # [rank][sub-module]
+            replicas = int(getattr(module, "num_kv_head_replicas", 1) or 1)
+            for j, sub in enumerate(packed[short]):
+                ranks = range(0, len(parts), replicas) if (replicas > 1 and j > 0) else range(len(parts))
+                tensor = torch.cat([pieces[r][j] for r in ranks], dim=0)
+                out[f"{parent}.{sub}.{leaf}" if parent else f"{sub}.{leaf}"] = tensor
             continue
+        tensor = torch.cat(parts, dim=dim) if dim is not None and len(parts) > 1 else parts[0]
+        org_vocab = getattr(module, "org_vocab_size", None)
+        if org_vocab is not None and tensor.dim() >= 1 and tensor.shape[0] > org_vocab:
+            tensor = tensor[:org_vocab]
         out[name] = tensor
     if dtype is not None:
         out = {k: v.to(dtype) for k, v in out.items()}
@@ -195,11 +241,30 @@ def packed_kernel_error(model, seed: int = 0) -> float:
 
 def engine_weights(model, dtype=None) -> dict:
     """What the engine serves: ``checksum`` (:func:`~microcoder_ext.smoke.weights.combine` over per-tensor checksums
-    in HF names), ``tensors``, ``per_tensor``, ``unmapped``, ``packed_error`` (:func:`packed_kernel_error`)."""
+    in HF names, of the whole model gathered from every TP shard), ``tensors``, ``per_tensor``, ``unmapped``,
+    ``packed_error`` (:func:`packed_kernel_error`, of this rank's own shard), ``shard`` / ``shards`` (this worker's TP
+    rank and the TP size). A collective at TP > 1: every rank of the engine calls it."""
+    group = _tp_group()
     tensors, unmapped = hf_layout(model, dtype)
     per = {name: tensor_checksum(t) for name, t in tensors.items()}
     return {"checksum": combine(per), "tensors": len(per), "per_tensor": per, "unmapped": unmapped,
-            "packed_error": packed_kernel_error(model)}
+            "packed_error": packed_kernel_error(model), "shard": group.rank_in_group if group else 0,
+            "shards": group.world_size if group else 1}
+
+
+def kv_cache_bytes(model_dir: str, max_model_len: int, sequences: int) -> int:
+    """vLLM's ``kv_cache_memory_bytes`` for ``sequences`` requests of ``max_model_len`` tokens at once in the fp32
+    model at ``model_dir`` (its ``config.json``: layers x K and V x KV heads x head size x 4 bytes per token), in
+    whole MiB, at least 16 MiB: what a smoke's tiny model needs, instead of vLLM's CPU default of GiBs per engine."""
+    import json
+    from pathlib import Path
+
+    cfg = json.loads((Path(model_dir) / "config.json").read_text())
+    heads = int(cfg["num_attention_heads"])
+    head_dim = int(cfg.get("head_dim") or int(cfg["hidden_size"]) // heads)
+    per_token = int(cfg["num_hidden_layers"]) * 2 * int(cfg.get("num_key_value_heads") or heads) * head_dim * 4
+    mib = 1 << 20
+    return max(16 * mib, -(-per_token * max_model_len * max(1, sequences) // mib) * mib)
 
 
 def record_requests() -> None:
