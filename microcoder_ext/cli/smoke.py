@@ -28,7 +28,7 @@ sampling parameters and log-prob mode the framework sends and stops responses by
 reward, computes log-probs and advantages, applies the mask and the temperature controller, updates the weights,
 syncs them into vLLM (checked inside vLLM's worker), logs and checkpoints.
 what it cannot show: CUDA kernels, bf16 numerics on GPUs, memory at full size, NCCL and CUDA IPC, tensor-parallel
-engines, vLLM's sleep mode, the real model's behaviour.
+engines (except verl's under --topology), vLLM's sleep mode, the real model's behaviour.
 
 examples:
   microcoder smoke verl +recipe=microcoder data.train_files=train.parquet data.val_files=val.parquet \\
@@ -36,6 +36,8 @@ examples:
   microcoder smoke --steps 2 --json smoke.json openrlhf --mc.preset microcoder \\
       --actor.model_name_or_path Qwen/Qwen3-1.7B --data.prompt_dataset train.jsonl
   SMOKE=1 MODEL=qwen3_1.7b ALGO=microcoder bash verl_recipes/train.sh
+  microcoder smoke --topology --steps 2 verl +recipe=microcoder trainer.n_gpus_per_node=4 \
+      actor_rollout_ref.rollout.tensor_model_parallel_size=2 ...   # 4 ranks, 2 vLLM replicas x 2 shards
 """
 
 
@@ -57,6 +59,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="cap on the response budget in tokens (default %(default)s)")
     parser.add_argument("--gpus", type=int, default=d.gpus,
                         help="training ranks (Ray logical GPUs, FSDP/DeepSpeed over gloo; default %(default)s)")
+    parser.add_argument("--topology", action="store_true",
+                        help="keep the launch's size: its nodes x GPUs per node, vLLM tensor parallelism, Ulysses "
+                             "sequence parallelism, prompts and samples per step, mini- and micro-batches per rank, "
+                             "dynamic-batch token limits (scaled to the short sequences); only the model, the "
+                             "sequence lengths and the data rows shrink (--prompts, --max-samples and --gpus do not "
+                             "apply). verl; at most 16 ranks: a larger launch runs at the largest size that keeps "
+                             "its parallel groups and per-rank batches")
     parser.add_argument("--warm-start", type=int, default=d.warm_start, metavar="STEPS",
                         help="supervised warm-start steps of the tiny model on the bundled problems, so that "
                              "rewards differ within a group (0: random model; default %(default)s)")
@@ -82,7 +91,8 @@ def default_timeout(steps: int) -> float:
 def options(args: argparse.Namespace) -> SmokeOptions:
     timeout = default_timeout(args.steps) if args.timeout is None else (args.timeout or None)
     return SmokeOptions(steps=args.steps, rows=args.rows, val_rows=args.val_rows, prompts=args.prompts,
-                        max_samples=args.max_samples, response_length=args.response_length, gpus=args.gpus, warm_start=args.warm_start,
+                        max_samples=args.max_samples, response_length=args.response_length, gpus=args.gpus,
+                        topology=args.topology, warm_start=args.warm_start,
                         workdir=args.workdir, json=args.json, verbose=args.verbose, timeout=timeout)
 
 

@@ -114,14 +114,19 @@ def _why(files) -> str:
     return f"{files} not readable locally" if files else "no data file given"
 
 
-def verl_data(files: Sequence[str] | str | None, out: Path, k: int, split: str = "train") -> SmokeData:
-    """A verl RL parquet of ``k`` rows: from the launch's ``data.train_files`` / ``val_files``, else bundled."""
+def verl_data(files: Sequence[str] | str | None, out: Path, k: int, split: str = "train",
+              cycle: bool = False) -> SmokeData:
+    """A verl RL parquet of ``k`` rows: from the launch's ``data.train_files`` / ``val_files``, else bundled; with
+    ``cycle``, fewer rows than ``k`` are repeated up to ``k`` (a batch of ``k`` prompts must fill)."""
     rows, source = _rows_of(files, k)
     bundled = not rows
     if bundled:
         problems = bundled_problems("train" if split == "train" else "heldout")[:k]
         rows = [p.to_verl_row(i, split) for i, p in enumerate(problems)]
         source = f"{len(rows)} bundled problems ({split}; {_why(files)})"
+    if cycle and 0 < len(rows) < k:
+        source += f", repeated to {k} rows"
+        rows = [rows[i % len(rows)] for i in range(k)]
     _write_parquet(rows, out)
     return SmokeData(str(out), len(rows), source, bundled)
 

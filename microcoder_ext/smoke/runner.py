@@ -42,6 +42,7 @@ class SmokeOptions:
     max_samples: int = 8  #: cap on the group size (samples per prompt)
     response_length: int = 32  #: cap on the response budget, tokens
     gpus: int = 1  #: logical GPUs (training ranks) the run is given
+    topology: bool = False  #: keep the launch's nodes, ranks, parallel groups and batches (``--topology``)
     warm_start: int = 150  #: supervised warm-start steps of the tiny model (0: none)
     workdir: str | None = None
     json: str | None = None
@@ -53,6 +54,8 @@ class SmokeOptions:
         require_ints(self, ("steps", "rows", "prompts", "max_samples", "response_length", "gpus")
                      + (("val_rows",) if self.val_rows is not None else ()))
         require_ints(self, ("warm_start",), minimum=0)
+        if self.topology and self.gpus != 1:
+            raise SmokeUsageError("--topology takes the GPUs from the launch (nodes x GPUs per node); drop --gpus")
 
 
 def workdir(opts: SmokeOptions, framework: str) -> Path:

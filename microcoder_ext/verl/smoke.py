@@ -23,6 +23,7 @@ import math
 import re
 import sys
 import time
+import uuid
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -65,6 +66,8 @@ class VerlSmokePlan:
     steps: int
     logprob_temperature: float | None  #: constant temperature of a run without the controller
     notes: list[str] = field(default_factory=list)
+    nnodes: int = 1  #: > 1: main_ppo runs against a local cluster of that many raylets (:mod:`~microcoder_ext.smoke.ray_cluster`)
+    gpus_per_node: int = 1
 
     @property
     def command(self) -> list[str]:
@@ -172,31 +175,18 @@ def plan(overrides: Sequence[str], opts: SmokeOptions, work: Path) -> VerlSmokeP
     if r.get(f"{A}.model.tokenizer_path") is not None:
         r.set(f"{A}.model.tokenizer_path", None, "tokenizer path", "the tiny model's own tokenizer")
 
-    train = verl_data(r.get("data.train_files"), work / "data" / "train.parquet", opts.rows, "train")
+    if opts.topology:
+        prompts, samples, gpus, nnodes = _declared_size(r, notes)
+    else:
+        prompts, samples, gpus = _scaled_batch(r, opts)
+        nnodes = 1
+    r.set("data.dataloader_num_workers", 0, quiet=True)
+    rows = max(opts.rows, prompts * opts.steps) if opts.topology else opts.rows
+    train = verl_data(r.get("data.train_files"), work / "data" / "train.parquet", rows, "train", cycle=opts.topology)
     val = verl_data(r.get("data.val_files"), work / "data" / "val.parquet", opts.val_rows or max(1, opts.rows // 4),
                     "test")
     r.set("data.train_files", train.path, "train data", train.source, show=train.path)
     r.set("data.val_files", val.path, "val data", val.source, show=val.path)
-
-    # batch: fewer prompts per step, same number of updates per step
-    batch = int(r.get("data.train_batch_size") or opts.prompts)
-    prompts = min(batch, opts.prompts)
-    n = int(r.get(f"{A}.rollout.n") or 1)
-    samples = min(n, opts.max_samples)
-    mini = int(r.get(f"{A}.actor.ppo_mini_batch_size") or batch)
-    updates = max(1, min(prompts, batch // max(mini, 1)))
-    mini_s = max(1, prompts // updates)
-    gpus = opts.gpus
-    if (mini_s * samples) % gpus:
-        raise SmokeUsageError(f"--gpus {gpus} does not divide a mini-batch of {mini_s} prompts x {samples} samples")
-    r.set("data.train_batch_size", prompts, "prompts per step", "CPU time")
-    r.set(f"{A}.rollout.n", samples, "samples per prompt", "CPU time")
-    r.set(f"{A}.actor.ppo_mini_batch_size", mini_s, "PPO mini-batch (prompts)",
-          f"{updates} update(s) per step, as the launch")
-    r.set(f"{A}.actor.ppo_micro_batch_size_per_gpu", mini_s * samples // gpus, "actor micro-batch", "", quiet=True)
-    r.set(f"{A}.rollout.log_prob_micro_batch_size_per_gpu", prompts * samples // gpus, quiet=True)
-    r.set(f"{A}.ref.log_prob_micro_batch_size_per_gpu", prompts * samples // gpus, quiet=True)
-    r.set("data.dataloader_num_workers", 0, quiet=True)
     if r.get("data.val_batch_size") is not None:
         r.set("data.val_batch_size", None, "val batch", "whole val set")
 
@@ -212,13 +202,37 @@ def plan(overrides: Sequence[str], opts: SmokeOptions, work: Path) -> VerlSmokeP
     for key in (f"{A}.actor.ppo_max_token_len_per_gpu", f"{A}.rollout.log_prob_max_token_len_per_gpu",
                 f"{A}.ref.log_prob_max_token_len_per_gpu"):
         value = r.get(key)
-        if isinstance(value, int) and value < prompt_len + budget:
+        if opts.topology and isinstance(value, int):
+            from microcoder_ext.smoke.topology import scaled_token_limit
+
+            limit = scaled_token_limit(value, prompt_len + resp, prompt_len + budget)
+            r.set(key, limit, key.split(".", 1)[1], f"{value // (prompt_len + resp) or 1} sequence(s) of the longest "
+                  f"length ({prompt_len} + {budget} tokens) per rank, as {value} tokens hold at {prompt_len} + {resp}")
+        elif isinstance(value, int) and value < prompt_len + budget:
             r.set(key, prompt_len + budget, quiet=True)
 
     # engine, attention, precision, parallelism
     _vllm_on_cpu(r, samples_per_step=prompts * samples)
+    drop_env: list[str] = []
+    if opts.topology:  # one KV cache per replica and shard: sized for the tiny model, not VLLM_CPU_KVCACHE_SPACE's GiB
+        from microcoder_ext.smoke.vllm_cpu import kv_cache_bytes
+
+        tp = int(r.get(f"{A}.rollout.tensor_model_parallel_size") or 1)
+        replicas = max(1, gpus * nnodes // tp)
+        seqs = min(-(-prompts * samples // replicas), int(r.get(f"{A}.rollout.max_num_seqs") or 256))
+        kv = kv_cache_bytes(tiny.path, prompt_len + budget, seqs)
+        r.values[f"{A}.rollout.engine_kwargs.vllm.kv_cache_memory_bytes"] = str(kv)
+        r.subs.append(Substitution("vLLM KV cache per engine", "GPU memory left", f"{kv >> 20} MiB",
+                                   f"{seqs} sequences of {prompt_len + budget} tokens of the tiny model at once "
+                                   f"(VLLM_CPU_KVCACHE_SPACE's 1 GiB per engine would be {replicas * tp} GiB)"))
+        drop_env.append("VLLM_CPU_KVCACHE_SPACE")
+        for sub in r.subs:
+            if sub.what == "vLLM gpu_memory_utilization":
+                sub.why = "on the CPU it is the share of RAM vLLM requires free; the KV cache is sized below"
     for key in ("tensor_model_parallel_size", "data_parallel_size", "pipeline_model_parallel_size",
                 "expert_parallel_size"):
+        if opts.topology and key == "tensor_model_parallel_size":
+            continue  # vLLM's CPU build shards over gloo; each shard's weights are read after every sync
         if (r.get(f"{A}.rollout.{key}") or 1) != 1:
             r.set(f"{A}.rollout.{key}", 1, f"rollout {key}", "one CPU engine per replica")
     attn = r.get(f"{A}.model.override_config.attn_implementation") or "flash_attention_2 (verl default)"
@@ -240,10 +254,18 @@ def plan(overrides: Sequence[str], opts: SmokeOptions, work: Path) -> VerlSmokeP
         r.values["critic.fsdp_config.mixed_precision"] = FP32
         r.set("critic.model.path", tiny.path, quiet=True)
     r.set("trainer.device", "cpu", "device", "")
-    r.set("trainer.n_gpus_per_node", gpus, "GPUs per node", "Ray logical GPUs (FSDP ranks over gloo)")
-    r.set("trainer.nnodes", 1, "nodes", "one machine")
-    r.values["ray_kwargs.ray_init.num_gpus"] = str(gpus)
-    r.set("ray_kwargs.ray_init.num_cpus", ray_cpus(gpus), quiet=True)
+    if not opts.topology:
+        r.set("trainer.n_gpus_per_node", gpus, "GPUs per node", "Ray logical GPUs (FSDP ranks over gloo)")
+        r.set("trainer.nnodes", 1, "nodes", "one machine")
+    if nnodes > 1:  # main_ppo joins a local cluster of one raylet per node (run()): Ray refuses sizes from a client
+        r.values["ray_kwargs.ray_init.num_gpus"] = "null"
+        r.values["ray_kwargs.ray_init.num_cpus"] = "null"
+        r.subs.append(Substitution("Ray cluster", f"{nnodes} nodes", f"{nnodes} raylets on this machine",
+                                   "started as verl_recipes/slurm.sbatch starts one per node (ray start --head, "
+                                   "ray start --address), each with its node's logical GPUs"))
+    else:
+        r.values["ray_kwargs.ray_init.num_gpus"] = str(gpus)
+        r.set("ray_kwargs.ray_init.num_cpus", ray_cpus(gpus), quiet=True)
     if r.get("ray_kwargs.ray_init.include_dashboard") is None:  # its processes cost ~5% of a smoke's CPU time
         r.set("ray_kwargs.ray_init.include_dashboard", False, "Ray dashboard", "CPU time", show="off")
     r.set(f"{A}.rollout.agent.num_workers", 1, "agent-loop workers", "CPU cores")
@@ -286,12 +308,81 @@ def plan(overrides: Sequence[str], opts: SmokeOptions, work: Path) -> VerlSmokeP
     final = r.apply(overrides)
     uses_controller = r.get("trainer.v1.trainer_mode") == "microcoder_sync"
     temperature = None if uses_controller else r.get(f"{A}.rollout.temperature")
+    from microcoder_ext.verl.cpu.vllm_routing import RUN_ENV
+
     env = base_env(work, {"VERL_PLATFORM": "cpu", "VERL_FILE_LOGGER_PATH": str(work / "metrics.jsonl"),
-                          **VLLM_CPU_ENV, **opts.extra_env})
+                          RUN_ENV: uuid.uuid4().hex[:12], **VLLM_CPU_ENV, **opts.extra_env})
+    for key in drop_env:  # vLLM's CPU platform lets this variable override the engine's kv_cache_memory_bytes
+        env.pop(key, None)
     return VerlSmokePlan(overrides=final, env=env, work=work, substitutions=r.subs, model=tiny.to_dict(),
                          data={"train": vars(train), "val": vars(val)}, samples_per_step=prompts * samples,
                          steps=opts.steps, logprob_temperature=None if temperature is None else float(temperature),
-                         notes=notes)
+                         notes=notes, nnodes=nnodes, gpus_per_node=gpus)
+
+
+def _scaled_batch(r: _Rewriter, opts: SmokeOptions) -> tuple[int, int, int]:
+    """The default smoke's batch: fewer prompts per step (``--prompts``), at most ``--max-samples`` per prompt, the
+    launch's number of updates per step, micro-batches recomputed for ``--gpus`` ranks. (prompts, samples, ranks)."""
+    batch = int(r.get("data.train_batch_size") or opts.prompts)
+    prompts = min(batch, opts.prompts)
+    n = int(r.get(f"{A}.rollout.n") or 1)
+    samples = min(n, opts.max_samples)
+    mini = int(r.get(f"{A}.actor.ppo_mini_batch_size") or batch)
+    updates = max(1, min(prompts, batch // max(mini, 1)))
+    mini_s = max(1, prompts // updates)
+    gpus = opts.gpus
+    if (mini_s * samples) % gpus:
+        raise SmokeUsageError(f"--gpus {gpus} does not divide a mini-batch of {mini_s} prompts x {samples} samples")
+    r.set("data.train_batch_size", prompts, "prompts per step", "CPU time")
+    r.set(f"{A}.rollout.n", samples, "samples per prompt", "CPU time")
+    r.set(f"{A}.actor.ppo_mini_batch_size", mini_s, "PPO mini-batch (prompts)",
+          f"{updates} update(s) per step, as the launch")
+    r.set(f"{A}.actor.ppo_micro_batch_size_per_gpu", mini_s * samples // gpus, "actor micro-batch", "", quiet=True)
+    r.set(f"{A}.rollout.log_prob_micro_batch_size_per_gpu", prompts * samples // gpus, quiet=True)
+    r.set(f"{A}.ref.log_prob_micro_batch_size_per_gpu", prompts * samples // gpus, quiet=True)
+    return prompts, samples, gpus
+
+
+#: the parallel groups a topology smoke keeps (config key -> name in the report)
+TOPOLOGY_GROUPS = {f"{A}.rollout.tensor_model_parallel_size": "rollout TP",
+                   f"{A}.actor.ulysses_sequence_parallel_size": "actor Ulysses SP",
+                   f"{A}.ref.ulysses_sequence_parallel_size": "ref Ulysses SP",
+                   f"{A}.actor.fsdp_config.fsdp_size": "actor FSDP group"}
+
+
+def _declared_size(r: _Rewriter, notes: list[str]) -> tuple[int, int, int, int]:
+    """``--topology``: the launch's nodes, GPUs per node, parallel groups, prompts, samples and per-rank micro-batches,
+    shrunk only past :data:`~microcoder_ext.smoke.topology.MAX_RANKS` ranks (:func:`~microcoder_ext.smoke.topology.fit`).
+    (prompts, samples, GPUs per node, nodes)."""
+    from microcoder_ext.smoke.topology import Declared, TopologyError, fit
+
+    batch = r.get("data.train_batch_size")
+    if not isinstance(batch, int) or batch < 1:
+        raise SmokeUsageError(f"--topology needs the launch's data.train_batch_size (got {_show(batch)})")
+    groups = {name: int(r.get(key) or 1) for key, name in TOPOLOGY_GROUPS.items()}
+    if max(groups["actor Ulysses SP"], groups["ref Ulysses SP"]) > 1:
+        raise SmokeUsageError("--topology cannot keep Ulysses sequence parallelism yet: verl routes its all-to-all "
+                              "through the flash-attention path, and the CPU runs sdpa, where each rank would attend "
+                              "only within its own slice of a sequence. Smoke with actor_rollout_ref.actor."
+                              "ulysses_sequence_parallel_size=1 (and ref's), or without --topology")
+    declared = Declared(nnodes=int(r.get("trainer.nnodes") or 1), gpus_per_node=int(r.get("trainer.n_gpus_per_node") or 1),
+                        prompts=batch, mini=int(r.get(f"{A}.actor.ppo_mini_batch_size") or batch),
+                        groups={k: v for k, v in groups.items() if v > 0})
+    try:
+        size = fit(declared)
+    except TopologyError as e:
+        raise SmokeUsageError(str(e)) from None
+    if size != declared:
+        why = f"{declared.world} ranks is more than one machine runs; the largest size that keeps the launch's groups"
+        r.set("trainer.nnodes", size.nnodes, "nodes", why)
+        r.set("trainer.n_gpus_per_node", size.gpus_per_node, "GPUs per node", "Ray logical GPUs; " + why)
+        r.set("data.train_batch_size", size.prompts, "prompts per step", "the same share per rank as declared")
+        r.set(f"{A}.actor.ppo_mini_batch_size", size.mini, "PPO mini-batch (prompts)",
+              "the same share per rank and updates per step as declared")
+    notes.append(f"topology: {declared.describe()} declared; "
+                 + ("kept" if size == declared else f"runs as {size.describe()}"))
+    samples = int(r.get(f"{A}.rollout.n") or 1)
+    return size.prompts, samples, size.gpus_per_node, size.nnodes
 
 
 def ray_cpus(gpus: int) -> int:
@@ -389,12 +480,15 @@ def build_steps(metrics: dict[int, dict], events: list[dict], samples_per_step: 
     for e in events:
         if e.get("event") == "generate" and isinstance(e.get("version"), int):
             gens.setdefault(e["version"], []).append(e)
-    # a sync is identified by (replica, sync index) on both ends; the sender knows the step (version) it follows
-    loaded = {(e.get("engine"), e.get("sync")): e for e in events if e.get("event") == "weights_loaded"}
+    # a sync is identified by (replica, sync index, TP shard) on both ends (the trainer's rank within the replica
+    # sends to the vLLM worker of that TP rank); the sender knows the step (version) it follows
+    loaded = {(e.get("engine"), e.get("sync"), e.get("shard", 0)): e for e in events
+              if e.get("event") == "weights_loaded"}
     syncs: dict[Any, list[tuple[dict, dict | None]]] = {}
     for e in events:
         if e.get("event") == "weights_sent":
-            syncs.setdefault(e.get("version"), []).append((e, loaded.get((e.get("sender"), e.get("sync")))))
+            key = (e.get("sender"), e.get("sync"), e.get("rank", 0))
+            syncs.setdefault(e.get("version"), []).append((e, loaded.get(key)))
     rewards = [e for e in events if e.get("event") == "reward"]
     steps = []
     # training steps only: validation before training is logged as step 0 without any training metric
@@ -449,8 +543,25 @@ def run(p: VerlSmokePlan, opts: SmokeOptions, progress=None) -> SmokeReport:
             seen.add(int(hit.group(1)))
             progress(f"  step {hit.group(1)}/{p.steps} done ({time.monotonic() - t0:.0f} s)")
 
-    rc = run_entry_point(p.command, p.env, log, progress=progress, cwd=p.work, verbose=opts.verbose, on_line=on_line,
-                         timeout=opts.timeout)
+    with contextlib.ExitStack() as stack:
+        env = p.env
+        if p.nnodes > 1:
+            from microcoder_ext.smoke import ray_cluster
+            from microcoder_ext.verl.ray_resources import node_cpus_needed
+
+            cpus = max(8, node_cpus_needed(p.gpus_per_node, p.nnodes, storage_units=SMOKE_STORAGE_UNITS) + 1)
+            if progress is not None:
+                progress(f"  starting a local Ray cluster: {p.nnodes} raylets x {p.gpus_per_node} GPUs, {cpus} CPUs")
+            try:
+                cluster = stack.enter_context(ray_cluster.start(p.nnodes, p.gpus_per_node, cpus, env, p.work / "ray"))
+            except ray_cluster.ClusterStartError as e:
+                return SmokeReport(framework="verl", ok=False, exit_code=EXIT_FAILED, steps_requested=p.steps,
+                                   command=p.command, substitutions=p.substitutions, model=p.model, data=p.data,
+                                   steps=[], wall_s=round(time.monotonic() - t0, 1), log=str(log),
+                                   notes=list(p.notes), error=str(e))
+            env = {**env, **cluster.client_env}
+        rc = run_entry_point(p.command, env, log, progress=progress, cwd=p.work, verbose=opts.verbose,
+                             on_line=on_line, timeout=opts.timeout)
     metrics = read_metrics(p.work / "metrics.jsonl")
     steps = build_steps(metrics, evidence.read(p.work / "evidence.jsonl"), p.samples_per_step,
                         p.logprob_temperature)

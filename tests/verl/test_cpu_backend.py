@@ -217,17 +217,17 @@ def _plan(tmp_path, *launch, **opts):
     return plan(list(launch), SmokeOptions(warm_start=0, **opts), tmp_path)
 
 
-def _recipe_args(tmp_path) -> list[str]:
-    """What ``SMOKE=1 MODEL=qwen3_1.7b bash verl_recipes/train.sh`` hands to ``microcoder smoke`` (a stand-in
+def _recipe_args(tmp_path, model: str = "qwen3_1.7b") -> list[str]:
+    """What ``SMOKE=1 MODEL=<model> bash verl_recipes/train.sh`` hands to ``microcoder smoke`` (a stand-in
     ``microcoder`` on PATH records its argv)."""
     import json
 
     bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
+    bin_dir.mkdir(exist_ok=True)
     fake = bin_dir / "microcoder"
     fake.write_text(f"#!{sys.executable}\nimport json, sys\nprint(json.dumps(sys.argv[1:]))\n")
     fake.chmod(0o755)
-    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "SMOKE": "1", "MODEL": "qwen3_1.7b",
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "SMOKE": "1", "MODEL": model,
            "SMOKE_ARGS": "--steps 3", "TRAIN": "t.parquet", "VAL": "v.parquet"}
     proc = subprocess.run(["bash", str(ROOT / "verl_recipes" / "train.sh")], capture_output=True, text=True, env=env)
     assert proc.returncode == 0, proc.stderr
@@ -267,6 +267,66 @@ def test_plan_of_the_paper_recipe_substitutes_every_gpu_only_piece(tmp_path):
     assert {"attention", "mixed precision", "collectives", "GPUs per node", "model", "train data", "vLLM sleep mode",
             "rollout dtype", "vLLM gpu_memory_utilization", "vLLM enforce_eager"} <= set(shown)
     assert p.model["family"] == "qwen3"
+
+
+def _final(p) -> dict:
+    return dict(o.lstrip("+").split("=", 1) for o in p.overrides if "=" in o and not o.startswith("+recipe"))
+
+
+@pytest.mark.parametrize("model, tp", [("qwen3_1.7b", "1"), ("ds_8b", "2")])
+def test_topology_plan_keeps_the_recipes_declared_size(tmp_path, model, tp):
+    """``--topology``: the recipe's 1 x 8 GPUs, vLLM TP, 64 prompts x 8 samples in 2 mini-batches and its dynamic
+    batches stay; the token limit holds as many of the (shorter) longest sequences per rank as declared."""
+    args = _recipe_args(tmp_path, model)
+    p = _plan(tmp_path, *args, topology=True, steps=2)
+    final = _final(p)
+    assert final["trainer.n_gpus_per_node"] == "8" and final["trainer.nnodes"] == "1"  # the launch's own values
+    assert final["ray_kwargs.ray_init.num_gpus"] == "8"
+    assert final["actor_rollout_ref.rollout.tensor_model_parallel_size"] == tp
+    assert final["data.train_batch_size"] == "64" and final["actor_rollout_ref.rollout.n"] == "8"
+    assert final["actor_rollout_ref.actor.ppo_mini_batch_size"] == "32"
+    assert final["actor_rollout_ref.actor.use_dynamic_bsz"] == "true"
+    assert final["actor_rollout_ref.actor.ppo_max_token_len_per_gpu"] == str(2 * (2048 + 32))
+    assert p.samples_per_step == 512 and p.data["train"]["rows"] == 128  # 2 steps of 64 prompts
+    shown = {s.what for s in p.substitutions}
+    assert not shown & {"GPUs per node", "nodes", "prompts per step", "samples per prompt", "PPO mini-batch (prompts)",
+                        "rollout tensor_model_parallel_size"}, shown
+    assert {"model", "response budget (tokens)", "actor.ppo_max_token_len_per_gpu"} <= shown
+    assert any("1 x 8 GPUs, 64 prompts per step" in note and note.endswith("kept") for note in p.notes)
+
+
+def test_topology_plan_of_more_ranks_than_one_machine_runs(tmp_path):
+    """1 x 32 GPUs becomes 1 x 16 with half the prompts per step and per mini-batch (the same share per rank, the
+    same updates per step); what it cannot keep yet is refused with the reason, before anything starts."""
+    from microcoder_ext.smoke.runner import SmokeUsageError
+
+    args = _recipe_args(tmp_path) + ["trainer.n_gpus_per_node=32"]
+    p = _plan(tmp_path, *args, topology=True, steps=2)
+    final = _final(p)
+    assert (final["trainer.n_gpus_per_node"], final["data.train_batch_size"]) == ("16", "32")
+    assert final["actor_rollout_ref.actor.ppo_mini_batch_size"] == "16"
+    shown = {s.what: s for s in p.substitutions}
+    assert (shown["GPUs per node"].launch, shown["GPUs per node"].smoke) == ("32", "16")
+    with pytest.raises(SmokeUsageError, match="Ulysses"):
+        _plan(tmp_path, *_recipe_args(tmp_path), "actor_rollout_ref.actor.ulysses_sequence_parallel_size=2",
+              topology=True)
+    with pytest.raises(SmokeUsageError, match="drop --gpus"):
+        _plan(tmp_path, *_recipe_args(tmp_path), topology=True, gpus=2)
+
+
+def test_topology_plan_of_several_nodes_joins_a_local_cluster(tmp_path):
+    """4 nodes x 8 GPUs: 2 nodes x 8 (nodes shrink first, a multi-node launch keeps two), run against a local
+    cluster of 2 raylets (so main_ppo's ray.init gives Ray no sizes of its own: Ray refuses them from a client)."""
+    p = _plan(tmp_path, *_recipe_args(tmp_path, "ds_8b"), "trainer.nnodes=4", topology=True, steps=2)
+    final = _final(p)
+    assert (p.nnodes, p.gpus_per_node) == (2, 8)
+    assert (final["trainer.nnodes"], final["trainer.n_gpus_per_node"]) == ("2", "8")
+    assert final["data.train_batch_size"] == "32" and final["actor_rollout_ref.actor.ppo_mini_batch_size"] == "16"
+    assert final["actor_rollout_ref.rollout.tensor_model_parallel_size"] == "2"
+    assert final["ray_kwargs.ray_init.num_gpus"] == "null" and final["ray_kwargs.ray_init.num_cpus"] == "null"
+    shown = {s.what: s for s in p.substitutions}
+    assert (shown["nodes"].launch, shown["nodes"].smoke) == ("4", "2")
+    assert shown["Ray cluster"].smoke == "2 raylets on this machine"
 
 
 def test_plan_compresses_a_staged_schedule(tmp_path):

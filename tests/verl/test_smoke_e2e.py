@@ -18,13 +18,15 @@ result unchanged; it records, never alters (docs/tests.md, "What is ours in a te
 vLLM is not deterministic across runs (continuous batching; one engine seed), so runs are compared only where that
 holds (a resumed run starts from the same weights); everything else compares a run with its own evidence.
 
-Four launches, shared by the tests (~3 min each on 2 cores, ~1 min of it the engine's start and first requests):
+Five launches, shared by the tests (~3 min each on 2 cores, ~1 min of it the engine's start and first requests):
 
 * ``grpo``: plain verl GRPO (default ``sync`` trainer), T = 1.2, one update per step, a 20-token budget, lr 1e-3, a
   checkpoint after every step (to read the trained weights back);
 * ``mc``: ``+recipe=microcoder`` with rho = 1, a staged schedule 1.2 -> 0.8 at step 3, checkpoints at steps 2, 3;
 * ``mc_resume``: ``mc`` resumed from its step-2 checkpoint, running step 3 again;
-* ``baseline2``: ``+recipe=grpo_baseline`` (reference model, KL loss) on 2 FSDP ranks (2 vLLM replicas).
+* ``baseline2``: ``+recipe=grpo_baseline`` (reference model, KL loss) on 2 FSDP ranks (2 vLLM replicas);
+* ``topology``: ``+recipe=microcoder`` declared on 4 GPUs with vLLM tensor parallelism 2, run by ``--topology`` at
+  that size (2 replicas x 2 shards).
 """
 
 from __future__ import annotations
@@ -73,6 +75,15 @@ MC = ["+recipe=microcoder"] + COMMON + [
     "trainer.save_freq=2",
 ]
 BASELINE = ["+recipe=grpo_baseline"] + COMMON + ["trainer.save_freq=-1"]
+#: a launch of 4 GPUs with vLLM tensor parallelism 2 (2 replicas x 2 shards), 2 updates per step of 8 prompts x 4
+#: and dynamic batches of at most 2 of the longest sequences per rank, run by ``--topology`` at that size
+TOPOLOGY = ["+recipe=microcoder", "algorithm.adv_estimator=grpo", f"actor_rollout_ref.rollout.n={N}",
+            f"data.train_batch_size={PROMPTS}", f"actor_rollout_ref.actor.ppo_mini_batch_size={PROMPTS // 2}",
+            "data.max_prompt_length=256", "data.max_response_length=4096", "actor_rollout_ref.actor.optim.lr=1e-3",
+            "actor_rollout_ref.actor.use_dynamic_bsz=true", "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=8704",
+            "trainer.n_gpus_per_node=4", "actor_rollout_ref.rollout.tensor_model_parallel_size=2",
+            "microcoder.mask.rho=1.0", "trainer.val_before_train=false", "trainer.test_freq=-1",
+            "trainer.save_freq=-1", "trainer.project_name=smoke_e2e"]
 
 
 def smoke(work: Path, launch: list[str], *opts: str, timeout: int = 900, env_extra: dict | None = None):
@@ -108,9 +119,10 @@ def sampler_temperatures(work: Path, step: int) -> set[float]:
 
 
 def syncs(work: Path) -> list[tuple[dict, dict]]:
-    """(what the trainer sent, what the vLLM worker holds after loading it) for every weight sync."""
-    loaded = {(e["engine"], e["sync"]): e for e in events(work, "weights_loaded")}
-    return [(e, loaded[(e["sender"], e["sync"])]) for e in events(work, "weights_sent")]
+    """(what the trainer sent, what the vLLM worker holds after loading it) for every weight sync: the trainer's rank
+    within a replica sends to the vLLM worker of that TP rank (``shard``)."""
+    loaded = {(e["engine"], e["sync"], e["shard"]): e for e in events(work, "weights_loaded")}
+    return [(e, loaded[(e["sender"], e["sync"], e["rank"])]) for e in events(work, "weights_sent")]
 
 
 def _run(tmp_path_factory, name, launch, *opts):
@@ -142,6 +154,12 @@ def mc_resume(tmp_path_factory, mc):
 @pytest.fixture(scope="module")
 def baseline2(tmp_path_factory):
     return _run(tmp_path_factory, "baseline2", BASELINE, "--gpus", "2", "--steps", "2")
+
+
+@pytest.fixture(scope="module")
+def topology(tmp_path_factory):
+    return _run(tmp_path_factory, "topology", TOPOLOGY, "--topology", "--steps", "2", "--response-length",
+                str(BUDGET))
 
 
 def _close(a, b, tol=1e-6):
@@ -322,6 +340,39 @@ def test_reference_model_kl_on_two_fsdp_ranks(baseline2):
     assert sorted(by_version) == [0, 1, 2] and all(len(v) == 1 for v in by_version.values())  # same full weights
     assert {e["engine"] for e in requests(work, 1)} == {"vllm_replica_0", "vllm_replica_1"}
     assert sampler_temperatures(work, 1) == {1.2}
+
+
+# ------------------------------------------------------------------------------------------------ --topology
+
+
+@pytest.mark.memory(12)
+def test_topology_runs_the_declared_ranks_and_tensor_parallel_shards(topology):
+    """``--topology`` keeps the launch's 4 ranks, its vLLM TP 2 and its batches: after every sync each of the 2
+    replicas' 2 shards holds the trainer's weights (each shard gathered inside vLLM's worker), both replicas serve
+    every step at the controller's temperature, and the engine's log-probs agree with the actor's across shards."""
+    work, _ = topology
+    report = json.loads((work / "report.json").read_text())
+    kept = {s["what"] for s in report["substitutions"]}
+    assert not kept & {"GPUs per node", "prompts per step", "samples per prompt", "PPO mini-batch (prompts)",
+                       "rollout tensor_model_parallel_size"}, kept
+    limit = next(s for s in report["substitutions"] if s["what"] == "actor.ppo_max_token_len_per_gpu")
+    assert (limit["launch"], limit["smoke"]) == ("8704", str(2 * (256 + BUDGET)))
+    m = metrics(work)
+    assert sorted(m) == [1, 2]
+    pairs = syncs(work)
+    by_version: dict = {}
+    for sent, held in pairs:
+        assert held["shards"] == 2 and held["checksum"] == sent["checksum"], (sent, held)
+        assert held["packed_error"] < 1e-3
+        by_version.setdefault(sent["version"], set()).add((sent["sender"], held["shard"]))
+    replicas = {"vllm_replica_0", "vllm_replica_1"}
+    assert sorted(by_version) == [0, 1, 2]
+    assert all(v == {(r, k) for r in replicas for k in (0, 1)} for v in by_version.values()), by_version
+    for step, row in m.items():
+        assert {e["engine"] for e in requests(work, step)} == replicas
+        assert len(requests(work, step)) == PROMPTS * N
+        assert sampler_temperatures(work, step) == {row["microcoder/temperature"]}
+        assert row["training/rollout_probs_diff_max"] < 1e-4
 
 
 # ------------------------------------------------------------------------------------------------ failures

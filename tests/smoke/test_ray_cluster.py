@@ -1,0 +1,57 @@
+"""``microcoder_ext.smoke.ray_cluster``: the local multi-raylet cluster of a multi-node ``--topology`` smoke, with
+Ray's real ``ray start`` (the runs against it: tests/verl/test_smoke_e2e.py)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+import ray  # noqa: F401  (a dependency of every framework venv: a missing one fails, never skips)
+
+from microcoder_ext.smoke import ray_cluster
+
+pytestmark = [pytest.mark.memory(2)]
+
+
+def test_raylets_join_with_their_gpus_and_stop_leaves_nothing(tmp_path):
+    env = {**os.environ, "MICROCODER_PROBE": "on-every-node"}
+    cluster = ray_cluster.start(2, 3, 4, env, tmp_path / "logs")
+    try:
+        probe = """
+import os, sys, ray
+ray.init(address=os.environ["RAY_ADDRESS"], logging_level="ERROR")
+nodes = [n for n in ray.nodes() if n["Alive"]]
+print(len(nodes), int(ray.cluster_resources()["GPU"]), sorted(int(n["Resources"]["GPU"]) for n in nodes))
+
+@ray.remote(num_gpus=1)
+def env_of_a_worker():
+    return os.environ.get("MICROCODER_PROBE")
+
+print(set(ray.get([env_of_a_worker.remote() for _ in range(6)])))
+"""
+        got = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=600,
+                             env={**os.environ, **cluster.client_env})
+        assert got.returncode == 0, got.stderr[-3000:]
+        lines = got.stdout.splitlines()
+        assert lines[-2] == "2 6 [3, 3]" and lines[-1] == "{'on-every-node'}", got.stdout
+        assert ray_cluster.processes_naming(str(cluster.temp_dir))  # its raylets, GCS, workers
+    finally:
+        cluster.stop()
+    assert all(p.poll() is not None for p in cluster.procs)
+    assert ray_cluster.processes_naming(str(cluster.temp_dir)) == []
+    assert not cluster.temp_dir.exists()
+
+
+def test_a_client_without_the_clusters_token_is_refused(tmp_path):
+    cluster = ray_cluster.start(1, 1, 2, dict(os.environ), tmp_path / "logs")
+    try:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH")}
+        env.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN="0" * 64)
+        got = subprocess.run([sys.executable, "-c", f"import ray; ray.init(address={cluster.address!r})"],
+                             capture_output=True, text=True, timeout=300, env=env)
+        assert got.returncode != 0 and "auth" in (got.stdout + got.stderr).lower()
+    finally:
+        cluster.stop()
