@@ -175,18 +175,22 @@ def plan(overrides: Sequence[str], opts: SmokeOptions, work: Path) -> VerlSmokeP
     if r.get(f"{A}.model.tokenizer_path") is not None:
         r.set(f"{A}.model.tokenizer_path", None, "tokenizer path", "the tiny model's own tokenizer")
 
+    # --topology: the steps' prompts at the declared batch (a size that shrinks past 16 ranks needs fewer)
+    declared_batch = r.get("data.train_batch_size")
+    rows = (max(opts.rows, declared_batch * opts.steps) if opts.topology and isinstance(declared_batch, int)
+            else opts.rows)
+    train = verl_data(r.get("data.train_files"), work / "data" / "train.parquet", rows, "train", cycle=opts.topology)
+    val = verl_data(r.get("data.val_files"), work / "data" / "val.parquet", opts.val_rows or max(1, opts.rows // 4),
+                    "test")
+    r.set("data.train_files", train.path, "train data", train.source, show=train.path)
+    r.set("data.val_files", val.path, "val data", val.source, show=val.path)
+
     if opts.topology:
         prompts, samples, gpus, nnodes = _declared_size(r, notes)
     else:
         prompts, samples, gpus = _scaled_batch(r, opts)
         nnodes = 1
     r.set("data.dataloader_num_workers", 0, quiet=True)
-    rows = max(opts.rows, prompts * opts.steps) if opts.topology else opts.rows
-    train = verl_data(r.get("data.train_files"), work / "data" / "train.parquet", rows, "train", cycle=opts.topology)
-    val = verl_data(r.get("data.val_files"), work / "data" / "val.parquet", opts.val_rows or max(1, opts.rows // 4),
-                    "test")
-    r.set("data.train_files", train.path, "train data", train.source, show=train.path)
-    r.set("data.val_files", val.path, "val data", val.source, show=val.path)
     if r.get("data.val_batch_size") is not None:
         r.set("data.val_batch_size", None, "val batch", "whole val set")
 
