@@ -389,14 +389,14 @@ def _declared_size(r: _Rewriter, notes: list[str]) -> tuple[int, int, int, int]:
     return size.prompts, samples, size.gpus_per_node, size.nnodes
 
 
-def ray_cpus(gpus: int) -> int:
-    """Ray's logical CPUs (``ray_kwargs.ray_init.num_cpus``) for a one-node smoke of ``gpus`` ranks: what the launch
-    needs to start (:func:`microcoder_ext.verl.ray_resources.node_cpus_needed`, with the smoke's one storage unit) and
-    one to spare, at least 8 (Ray's own processes and vLLM's CPU engine start faster with room). Fewer left
-    ``--gpus 4`` waiting forever in verl's set-up."""
+def ray_cpus(gpus: int, nnodes: int = 1) -> int:
+    """Ray's logical CPUs per node (``ray_kwargs.ray_init.num_cpus``, or each raylet's of a multi-node smoke) for
+    ``gpus`` ranks per node: what the launch needs to start there (:func:`microcoder_ext.verl.ray_resources.
+    node_cpus_needed`, with the smoke's one storage unit) and one to spare, at least 8 (Ray's own processes and vLLM's
+    CPU engine start faster with room). Fewer left ``--gpus 4`` waiting forever in verl's set-up."""
     from microcoder_ext.verl.ray_resources import node_cpus_needed
 
-    return max(8, node_cpus_needed(gpus, 1, storage_units=SMOKE_STORAGE_UNITS) + 1)
+    return max(8, node_cpus_needed(gpus, nnodes, storage_units=SMOKE_STORAGE_UNITS) + 1)
 
 
 def _check_microcoder_section(cfg) -> None:
@@ -551,9 +551,8 @@ def run(p: VerlSmokePlan, opts: SmokeOptions, progress=None) -> SmokeReport:
         env = p.env
         if p.nnodes > 1:
             from microcoder_ext.smoke import ray_cluster
-            from microcoder_ext.verl.ray_resources import node_cpus_needed
 
-            cpus = max(8, node_cpus_needed(p.gpus_per_node, p.nnodes, storage_units=SMOKE_STORAGE_UNITS) + 1)
+            cpus = ray_cpus(p.gpus_per_node, p.nnodes)
             if progress is not None:
                 progress(f"  starting a local Ray cluster: {p.nnodes} raylets x {p.gpus_per_node} GPUs, {cpus} CPUs")
             try:
