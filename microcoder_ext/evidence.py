@@ -20,13 +20,16 @@ key):
                     (largest relative error of vLLM's packed CPU kernels vs their weights), ``changed`` (vs before)
 ``reward``          ``seconds`` (wall time of one call of the code reward), ``verdict``
 
-Every event also has ``pid`` and ``t`` (Unix time, seconds).
+Every event also has ``pid``, ``t`` (Unix time, seconds) and ``node``: the host name and, in a process of a Ray
+worker or a child of one (vLLM's engine processes), the pid of that node's raylet (``RAY_RAYLET_PID``, set by Ray),
+so that the raylets of a local multi-node cluster are told apart.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import socket
 import time
 from typing import Any
 
@@ -42,7 +45,7 @@ def record(event: str, **fields: Any) -> None:
     path = os.environ.get(ENV)
     if not path:
         return
-    line = json.dumps({"event": event, "pid": os.getpid(), "t": time.time(), **fields}, default=str,
+    line = json.dumps({"event": event, "pid": os.getpid(), "t": time.time(), "node": node(), **fields}, default=str,
                       sort_keys=True) + "\n"
     try:
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
@@ -52,6 +55,12 @@ def record(event: str, **fields: Any) -> None:
             os.close(fd)
     except OSError:
         pass
+
+
+def node() -> str:
+    """This process's node: ``host`` or, under Ray, ``host:raylet-pid``."""
+    raylet = os.environ.get("RAY_RAYLET_PID")
+    return f"{socket.gethostname()}:{raylet}" if raylet else socket.gethostname()
 
 
 def read(path: str | os.PathLike) -> list[dict]:

@@ -80,7 +80,7 @@ case "$TEST_JOBS" in all) ;; ''|*[!0-9]*|0) echo "run_all: TEST_JOBS must be an 
   exit 2 ;; esac
 
 # The launch-heavy files of the verl suite (their own lane). Every suite's files are listed in lane_files below.
-VERL_LAUNCHES="tests/verl/test_smoke_e2e.py tests/docs/test_examples_verl.py"
+VERL_LAUNCHES="tests/verl/test_smoke_e2e.py tests/verl/test_slurm_smoke.py tests/docs/test_examples_verl.py"
 # `make demo` (a 30-step training run with verl's main_ppo): a lane of its own beside the other launches
 VERL_DEMO="tests/docs/test_make_demo.py"
 # the reward's accuracy on every LeetCodeDataset problem in every encoding (~40,000 judged programs, a fresh process
@@ -120,7 +120,7 @@ lane_files() {
     verl-demo) echo "$VERL_DEMO" ;;
     verl-accuracy) echo "$VERL_ACCURACY" ;;
     verl) echo "tests/core tests/smoke tests/reward tests/verl tests/data tests/eval tests/demo tests/docs/test_docs.py" \
-               "--ignore=tests/verl/test_smoke_e2e.py" "--ignore=$VERL_ACCURACY" "--ignore=${VERL_HOST// / --ignore=}" ;;
+               "--ignore=tests/verl/test_smoke_e2e.py" "--ignore=tests/verl/test_slurm_smoke.py" "--ignore=$VERL_ACCURACY" "--ignore=${VERL_HOST// / --ignore=}" ;;
     verl-host) echo "$VERL_HOST" ;;
     # the reward engine's own tests (tests/reward) run in the verl suite; flash_attn is stubbed by
     # tests/openrlhf/conftest.py (compat/cpu_stubs.py)

@@ -66,6 +66,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "sequence lengths and the data rows shrink (--prompts, --max-samples and --gpus do not "
                              "apply). verl; at most 16 ranks: a larger launch runs at the largest size that keeps "
                              "its parallel groups and per-rank batches")
+    parser.add_argument("--ray-address", metavar="HOST:PORT",
+                        help="with --topology: run against this running Ray cluster (e.g. the one "
+                             "verl_recipes/slurm.sbatch starts with SMOKE=1) instead of starting one; it must have the "
+                             "launch's nodes, each with its GPUs as Ray (logical) GPUs. The work dir must be on a "
+                             "filesystem every node sees. verl")
     parser.add_argument("--warm-start", type=int, default=d.warm_start, metavar="STEPS",
                         help="supervised warm-start steps of the tiny model on the bundled problems, so that "
                              "rewards differ within a group (0: random model; default %(default)s)")
@@ -92,7 +97,7 @@ def options(args: argparse.Namespace) -> SmokeOptions:
     timeout = default_timeout(args.steps) if args.timeout is None else (args.timeout or None)
     return SmokeOptions(steps=args.steps, rows=args.rows, val_rows=args.val_rows, prompts=args.prompts,
                         max_samples=args.max_samples, response_length=args.response_length, gpus=args.gpus,
-                        topology=args.topology, warm_start=args.warm_start,
+                        topology=args.topology, ray_address=args.ray_address, warm_start=args.warm_start,
                         workdir=args.workdir, json=args.json, verbose=args.verbose, timeout=timeout)
 
 
@@ -110,6 +115,9 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_OK
     try:
         opts = options(args)
+        if args.framework != "verl" and (opts.topology or opts.ray_address):
+            raise SmokeUsageError(f"--topology and --ray-address run verl launches only so far, not "
+                                  f"{args.framework}'s")
         runner = importlib.import_module(RUNNERS[args.framework])
     except SmokeUsageError as e:
         print(f"error: {e}", file=sys.stderr)

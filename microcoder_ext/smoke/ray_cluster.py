@@ -15,6 +15,7 @@ which stops every Ray cluster of the machine.
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import shutil
@@ -142,22 +143,52 @@ def start(nnodes: int, gpus_per_node: int, cpus_per_node: int, env: dict, log_di
         for node in range(1, nnodes):
             worker = [*ray, "start", f"--address={address}", "--node-ip-address=127.0.0.1", *common]
             cluster.procs.append(_spawn(worker, child_env, log_dir / f"ray-node{node}.log"))
-        want = nnodes * gpus_per_node
-        probe = [sys.executable, "-c",
-                 "import sys, ray; ray.init(address=sys.argv[1], logging_level='ERROR'); "
-                 "print(int(ray.cluster_resources().get('GPU', 0)), len([n for n in ray.nodes() if n['Alive']]))",
-                 address]
 
         def joined() -> bool:
-            got = subprocess.run(probe, capture_output=True, text=True, env=child_env, timeout=120)
-            fields = got.stdout.split()
-            return got.returncode == 0 and len(fields) == 2 and int(fields[0]) >= want and int(fields[1]) >= nnodes
+            try:
+                return missing_nodes(node_gpus(address, child_env), nnodes, gpus_per_node) is None
+            except ClusterStartError:
+                return False
 
-        _wait_for(joined, timeout_s, cluster, f"{nnodes} nodes with {want} GPUs", poll_s=3.0)
+        _wait_for(joined, timeout_s, cluster, f"{nnodes} nodes with {gpus_per_node} GPUs each", poll_s=3.0)
     except BaseException:
         cluster.stop()
         raise
     return cluster
+
+
+def node_gpus(address: str, env: dict, timeout_s: float = 120.0) -> list[float]:
+    """The Ray (logical) GPUs of each alive node of the cluster at ``address``, asked from a child process with
+    ``env`` (its auth token); raises :class:`ClusterStartError` when the cluster cannot be reached."""
+    host, _, port = address.rpartition(":")
+    try:  # Ray's client retries an address where nothing listens for minutes
+        with socket.create_connection((host or "127.0.0.1", int(port)), timeout=10):
+            pass
+    except (OSError, ValueError) as e:
+        raise ClusterStartError(f"cannot reach the Ray cluster at {address} (host:port of its head): {e}") from None
+    probe = [sys.executable, "-c",
+             "import json, sys, ray; ray.init(address=sys.argv[1], logging_level='ERROR'); "
+             "print(json.dumps([n['Resources'].get('GPU', 0) for n in ray.nodes() if n['Alive']]))", address]
+    try:
+        got = subprocess.run(probe, capture_output=True, text=True, env=env, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        raise ClusterStartError(f"no answer from the Ray cluster at {address} within {timeout_s:.0f} s") from None
+    lines = got.stdout.strip().splitlines()
+    if got.returncode != 0 or not lines:
+        tail = "\n".join((got.stderr or got.stdout).strip().splitlines()[-5:])
+        raise ClusterStartError(f"cannot reach the Ray cluster at {address}:\n{tail}")
+    return [float(g) for g in json.loads(lines[-1])]
+
+
+def missing_nodes(gpus: list[float], nnodes: int, gpus_per_node: int) -> str | None:
+    """What a cluster of nodes with ``gpus`` (per node) lacks for ``nnodes`` x ``gpus_per_node`` ranks (verl places
+    one pool of ``gpus_per_node`` GPUs on each of ``nnodes`` nodes), or None."""
+    fit = sum(1 for g in gpus if g >= gpus_per_node)
+    if fit >= nnodes:
+        return None
+    have = ", ".join(f"{g:g}" for g in gpus) or "none"
+    return (f"{fit} of its {len(gpus)} node(s) have {gpus_per_node} GPUs (GPUs per node: {have}); the launch "
+            f"declares {nnodes} node(s) x {gpus_per_node} GPUs (trainer.nnodes x trainer.n_gpus_per_node)")
 
 
 def _spawn(cmd: list[str], env: dict, log: Path) -> subprocess.Popen:

@@ -43,6 +43,7 @@ class SmokeOptions:
     response_length: int = 32  #: cap on the response budget, tokens
     gpus: int = 1  #: logical GPUs (training ranks) the run is given
     topology: bool = False  #: keep the launch's nodes, ranks, parallel groups and batches (``--topology``)
+    ray_address: str | None = None  #: run against this existing Ray cluster (``--ray-address``; with ``topology``)
     warm_start: int = 150  #: supervised warm-start steps of the tiny model (0: none)
     workdir: str | None = None
     json: str | None = None
@@ -56,6 +57,8 @@ class SmokeOptions:
         require_ints(self, ("warm_start",), minimum=0)
         if self.topology and self.gpus != 1:
             raise SmokeUsageError("--topology takes the GPUs from the launch (nodes x GPUs per node); drop --gpus")
+        if self.ray_address is not None and not self.topology:
+            raise SmokeUsageError("--ray-address runs the launch at its declared size on that cluster: add --topology")
 
 
 def workdir(opts: SmokeOptions, framework: str) -> Path:

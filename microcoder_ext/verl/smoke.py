@@ -20,6 +20,7 @@ import contextlib
 import json
 import logging
 import math
+import os
 import re
 import sys
 import time
@@ -68,6 +69,7 @@ class VerlSmokePlan:
     notes: list[str] = field(default_factory=list)
     nnodes: int = 1  #: > 1: main_ppo runs against a local cluster of that many raylets (:mod:`~microcoder_ext.smoke.ray_cluster`)
     gpus_per_node: int = 1
+    ray_address: str | None = None  #: an existing cluster main_ppo joins (``--ray-address``) instead of a local one
 
     @property
     def command(self) -> list[str]:
@@ -218,6 +220,7 @@ def plan(overrides: Sequence[str], opts: SmokeOptions, work: Path) -> VerlSmokeP
     # engine, attention, precision, parallelism
     _vllm_on_cpu(r, samples_per_step=prompts * samples)
     drop_env: list[str] = []
+    env_set: dict[str, str] = {}
     if opts.topology:  # one KV cache per replica and shard: sized for the tiny model, not VLLM_CPU_KVCACHE_SPACE's GiB
         from microcoder_ext.smoke.vllm_cpu import kv_cache_bytes
 
@@ -230,6 +233,12 @@ def plan(overrides: Sequence[str], opts: SmokeOptions, work: Path) -> VerlSmokeP
                                    f"{seqs} sequences of {prompt_len + budget} tokens of the tiny model at once "
                                    f"(VLLM_CPU_KVCACHE_SPACE's 1 GiB per engine would be {replicas * tp} GiB)"))
         drop_env.append("VLLM_CPU_KVCACHE_SPACE")
+        if tp == 1:  # the engine's worker in its engine-core process: one process (~0.5 GB) less per replica
+            r.values[f"{A}.rollout.engine_kwargs.vllm.distributed_executor_backend"] = "uni"
+            r.subs.append(Substitution("vLLM executor", "mp (verl's)", "uni",
+                                       "tensor parallelism 1: vLLM's worker runs inside its engine-core process "
+                                       "instead of a process of its own, as on a GPU without TP"))
+            env_set["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # else vLLM's CPU platform turns uni back into mp
         for sub in r.subs:
             if sub.what == "vLLM gpu_memory_utilization":
                 sub.why = "on the CPU it is the share of RAM vLLM requires free; the KV cache is sized below"
@@ -261,9 +270,14 @@ def plan(overrides: Sequence[str], opts: SmokeOptions, work: Path) -> VerlSmokeP
     if not opts.topology:
         r.set("trainer.n_gpus_per_node", gpus, "GPUs per node", "Ray logical GPUs (FSDP ranks over gloo)")
         r.set("trainer.nnodes", 1, "nodes", "one machine")
-    if nnodes > 1:  # main_ppo joins a local cluster of one raylet per node (run()): Ray refuses sizes from a client
+    if opts.ray_address or nnodes > 1:  # main_ppo joins a cluster (run()): Ray refuses sizes from a client
         r.values["ray_kwargs.ray_init.num_gpus"] = "null"
         r.values["ray_kwargs.ray_init.num_cpus"] = "null"
+    if opts.ray_address:
+        r.subs.append(Substitution("Ray cluster", f"{nnodes} node(s)", f"the running cluster at {opts.ray_address}",
+                                   "--ray-address; the run's environment reaches its workers through the job's "
+                                   "runtime_env (its raylets were started without it)"))
+    elif nnodes > 1:
         r.subs.append(Substitution("Ray cluster", f"{nnodes} nodes", f"{nnodes} raylets on this machine",
                                    "started as verl_recipes/slurm.sbatch starts one per node (ray start --head, "
                                    "ray start --address), each with its node's logical GPUs"))
@@ -309,19 +323,30 @@ def plan(overrides: Sequence[str], opts: SmokeOptions, work: Path) -> VerlSmokeP
         notes.append("auto temperature: the controller runs, but a change needs min_interval steps "
                      f"({r.get('microcoder.temperature.min_interval')}), more than a smoke run has")
 
-    final = r.apply(overrides)
-    uses_controller = r.get("trainer.v1.trainer_mode") == "microcoder_sync"
-    temperature = None if uses_controller else r.get(f"{A}.rollout.temperature")
     from microcoder_ext.verl.cpu.vllm_routing import RUN_ENV
 
     env = base_env(work, {"VERL_PLATFORM": "cpu", "VERL_FILE_LOGGER_PATH": str(work / "metrics.jsonl"),
                           RUN_ENV: uuid.uuid4().hex[:12], **VLLM_CPU_ENV, **opts.extra_env})
     for key in drop_env:  # vLLM's CPU platform lets this variable override the engine's kv_cache_memory_bytes
         env.pop(key, None)
+    env.update(env_set)
+    if opts.ray_address:  # every worker of the job gets what differs from this shell's environment
+        env["RAY_ADDRESS"] = opts.ray_address
+        job_env = {k: v for k, v in env.items() if os.environ.get(k) != v and k != "RAY_ADDRESS"}
+        for key in drop_env:  # a runtime_env cannot unset what the raylets inherited (and vLLM parses "" as an int)
+            if key in os.environ:
+                notes.append(f"{key}={os.environ[key]} of this environment reaches the cluster's workers and "
+                             "overrides the KV cache sized per engine")
+        for key, value in sorted(job_env.items()):
+            quoted = str(value).replace("\\", "\\\\").replace("'", "\\'")  # a string, never Hydra's int or bool
+            r.values[f"ray_kwargs.ray_init.runtime_env.env_vars.{key}"] = f"'{quoted}'"
+    final = r.apply(overrides)
+    uses_controller = r.get("trainer.v1.trainer_mode") == "microcoder_sync"
+    temperature = None if uses_controller else r.get(f"{A}.rollout.temperature")
     return VerlSmokePlan(overrides=final, env=env, work=work, substitutions=r.subs, model=tiny.to_dict(),
                          data={"train": vars(train), "val": vars(val)}, samples_per_step=prompts * samples,
                          steps=opts.steps, logprob_temperature=None if temperature is None else float(temperature),
-                         notes=notes, nnodes=nnodes, gpus_per_node=gpus)
+                         notes=notes, nnodes=nnodes, gpus_per_node=gpus, ray_address=opts.ray_address)
 
 
 def _scaled_batch(r: _Rewriter, opts: SmokeOptions) -> tuple[int, int, int]:
@@ -549,7 +574,17 @@ def run(p: VerlSmokePlan, opts: SmokeOptions, progress=None) -> SmokeReport:
 
     with contextlib.ExitStack() as stack:
         env = p.env
-        if p.nnodes > 1:
+        if p.ray_address:
+            from microcoder_ext.smoke import ray_cluster
+
+            try:
+                problem = ray_cluster.missing_nodes(ray_cluster.node_gpus(p.ray_address, env), p.nnodes,
+                                                    p.gpus_per_node)
+            except ray_cluster.ClusterStartError as e:
+                problem = str(e)
+            if problem:
+                return _failed(p, t0, log, f"--ray-address {p.ray_address}: {problem}")
+        elif p.nnodes > 1:
             from microcoder_ext.smoke import ray_cluster
 
             cpus = ray_cpus(p.gpus_per_node, p.nnodes)
@@ -558,10 +593,7 @@ def run(p: VerlSmokePlan, opts: SmokeOptions, progress=None) -> SmokeReport:
             try:
                 cluster = stack.enter_context(ray_cluster.start(p.nnodes, p.gpus_per_node, cpus, env, p.work / "ray"))
             except ray_cluster.ClusterStartError as e:
-                return SmokeReport(framework="verl", ok=False, exit_code=EXIT_FAILED, steps_requested=p.steps,
-                                   command=p.command, substitutions=p.substitutions, model=p.model, data=p.data,
-                                   steps=[], wall_s=round(time.monotonic() - t0, 1), log=str(log),
-                                   notes=list(p.notes), error=str(e))
+                return _failed(p, t0, log, str(e))
             env = {**env, **cluster.client_env}
         rc = run_entry_point(p.command, env, log, progress=progress, cwd=p.work, verbose=opts.verbose,
                              on_line=on_line, timeout=opts.timeout)
@@ -580,3 +612,10 @@ def run(p: VerlSmokePlan, opts: SmokeOptions, progress=None) -> SmokeReport:
         report.error = (f"main_ppo exited with status {rc} after {len(steps)} of {p.steps} steps; its error:\n"
                         + error_excerpt(log))
     return report
+
+
+def _failed(p: VerlSmokePlan, t0: float, log: Path, error: str) -> SmokeReport:
+    """The report of a run that could not start main_ppo (its Ray cluster is missing or short)."""
+    return SmokeReport(framework="verl", ok=False, exit_code=EXIT_FAILED, steps_requested=p.steps, command=p.command,
+                       substitutions=p.substitutions, model=p.model, data=p.data, steps=[],
+                       wall_s=round(time.monotonic() - t0, 1), log=str(log), notes=list(p.notes), error=error)

@@ -131,7 +131,7 @@ def stub_repo(tmp_path):
             'RAY_ADDRESS=$RAY_ADDRESS HYDRA_FULL_ERROR=$HYDRA_FULL_ERROR '
             'TOKENIZERS_PARALLELISM=$TOKENIZERS_PARALLELISM '
             'PYTHONUNBUFFERED=$PYTHONUNBUFFERED NCCL_DEBUG=$NCCL_DEBUG NCCL_SOCKET_IFNAME=${NCCL_SOCKET_IFNAME:-} '
-            'WANDB_API_KEY=${WANDB_API_KEY:-} args=$*"\n')
+            'WANDB_API_KEY=${WANDB_API_KEY:-} args=$* | SMOKE=${SMOKE:-} SMOKE_ARGS=${SMOKE_ARGS:-}"\n')
     return repo
 
 
@@ -185,3 +185,28 @@ def test_verl_refuses_a_node_with_fewer_cpus_than_verl_holds(tmp_path, stub_repo
     r = sbatch(verl, {**two, "SLURM_CPUS_PER_TASK": "29"})
     assert r.returncode == 2 and "short of the 30 that verl needs" in r.stderr
     assert sbatch(verl, {**two, "SLURM_CPUS_PER_TASK": "30"}).returncode == 0
+
+
+def test_smoke_path_prints_the_smoke_against_the_jobs_cluster(tmp_path, stub_repo):
+    """SMOKE=1: the same Ray bring-up (site options of RAY_START_ARGS on every node, RAY_HEAD_ARGS on the head), then
+    train.sh runs `microcoder smoke --topology --ray-address` against it (its run: tests/verl/test_slurm_smoke.py);
+    with DRY_RUN=1 the smoke line is printed and train.sh validates the launch as without SMOKE."""
+    verl = stub_repo / "verl_recipes" / "slurm.sbatch"
+    env = fake_slurm(tmp_path, ["gpu-a01", "gpu-a02"], SLURM_SUBMIT_DIR=str(stub_repo), ALGO="microcoder",
+                     HEAD_IP="10.0.0.1", SMOKE="1", SMOKE_ARGS="--steps 2", RAY_START_ARGS="--node-ip-address=10.0.0.1",
+                     RAY_HEAD_ARGS="--temp-dir=/tmp/r --include-dashboard=false")
+    r = sbatch(verl, env, "trainer.test_freq=5")
+    assert r.returncode == 0, r.stderr
+    out = r.stdout
+    assert ("+ srun --nodes=1 --ntasks=1 -w gpu-a01 ray start --head --node-ip-address=10.0.0.1 --port=6379 --num-cpus 64 "
+            "--num-gpus 8 --dashboard-host=0.0.0.0 --node-ip-address=10.0.0.1 --temp-dir=/tmp/r --include-dashboard=false "
+            "--block &") in out
+    assert ("+ srun --nodes=1 --ntasks=1 -w gpu-a02 ray start --address 10.0.0.1:6379 --num-cpus 64 --num-gpus 8 "
+            "--node-ip-address=10.0.0.1 --block &") in out
+    smoke_args = f"--topology --ray-address 10.0.0.1:6379 --workdir {stub_repo}/smoke-4242 --steps 2"
+    assert "+ SMOKE=1 SMOKE_ARGS=" + smoke_args.replace(" ", "\\ ") + " NNODES=2 GPUS_PER_NODE=8" in out
+    assert "verl_recipes/train.sh NNODES=2 GPUS_PER_NODE=8 DRY_RUN=1" in out and "| SMOKE=0 SMOKE_ARGS=" in out
+    r = sbatch(verl, {**env, "SMOKE_WORKDIR": "/shared/smoke"})
+    assert "--workdir\\ /shared/smoke\\ --steps" in r.stdout
+    r = sbatch(stub_repo / "openrlhf_recipes" / "slurm.sbatch", env)
+    assert r.returncode == 2 and "SMOKE=1 runs verl launches only so far" in r.stderr

@@ -148,6 +148,17 @@ def test_the_cli_exits_2_on_a_bad_launch(tmp_path):
     assert "unrecognized arguments: --no.such.flag 1" in proc.stderr
 
 
+@pytest.mark.parametrize("opts", [["--topology"], ["--topology", "--ray-address", "127.0.0.1:6379"]])
+def test_the_cli_refuses_topology_for_openrlhf_until_it_keeps_it(tmp_path, opts):
+    """--topology / --ray-address keep verl launches only so far: an OpenRLHF launch exits 2 saying so, instead of
+    running the default shrunk smoke as if it were the declared size."""
+    proc = subprocess.run([sys.executable, "-m", "microcoder_ext.cli", "smoke", "--workdir", str(tmp_path), *opts,
+                           "openrlhf", "--vllm.num_engines", "1"], capture_output=True, text=True,
+                          timeout=hang_guard(300))
+    assert proc.returncode == 2, proc.stderr
+    assert "run verl launches only so far, not openrlhf's" in proc.stderr
+
+
 @pytest.mark.parametrize("launch, reason", [
     (["--mc.preset", "microcoder", "--mc.mask.rho", "2", "--rollout.n_samples_per_prompt", "4",
       "--vllm.num_engines", "1"], "--mc.mask.rho"),

@@ -38,6 +38,7 @@ print(set(ray.get([env_of_a_worker.remote() for _ in range(6)])))
         lines = got.stdout.splitlines()
         assert lines[-2] == "2 6 [3, 3]" and lines[-1] == "{'on-every-node'}", got.stdout
         assert ray_cluster.processes_naming(str(cluster.temp_dir))  # its raylets, GCS, workers
+        assert ray_cluster.node_gpus(cluster.address, {**os.environ, **cluster.client_env}) == [3.0, 3.0]
     finally:
         cluster.stop()
     assert all(p.poll() is not None for p in cluster.procs)
@@ -55,3 +56,18 @@ def test_a_client_without_the_clusters_token_is_refused(tmp_path):
         assert got.returncode != 0 and "auth" in (got.stdout + got.stderr).lower()
     finally:
         cluster.stop()
+
+
+def test_a_cluster_short_of_the_declared_nodes_is_named():
+    """What ``--ray-address`` checks before main_ppo starts: verl places one pool of GPUs per node on each node."""
+    assert ray_cluster.missing_nodes([4.0, 4.0], 2, 4) is None
+    assert ray_cluster.missing_nodes([8.0, 4.0, 0.0], 2, 4) is None
+    short = ray_cluster.missing_nodes([8.0, 2.0], 2, 4)
+    assert short == ("1 of its 2 node(s) have 4 GPUs (GPUs per node: 8, 2); the launch declares 2 node(s) x 4 GPUs "
+                     "(trainer.nnodes x trainer.n_gpus_per_node)")
+    assert "GPUs per node: none" in ray_cluster.missing_nodes([], 1, 1)
+
+
+def test_an_unreachable_cluster_is_an_error_not_a_hang():
+    with pytest.raises(ray_cluster.ClusterStartError, match="cannot reach|no answer"):
+        ray_cluster.node_gpus(f"127.0.0.1:{ray_cluster.free_port()}", dict(os.environ), timeout_s=120)

@@ -1,8 +1,9 @@
 """Smoke core: the tiny model, the data, the schedule compression, the evidence file and the report."""
 
 import json
-import os
 import math
+import os
+import socket
 from pathlib import Path
 
 import pytest
@@ -165,6 +166,19 @@ def test_evidence_appends_lines_only_when_enabled(tmp_path, monkeypatch):
     got = evidence.read(path)
     assert [e["event"] for e in got] == ["generate", "weights_loaded"] and all("t" in e and "pid" in e for e in got)
     assert evidence.read(tmp_path / "missing.jsonl") == []
+
+
+def test_evidence_names_the_ray_node_of_the_process(tmp_path, monkeypatch):
+    """Each raylet of a local multi-node cluster is a node of its own: the host plus the raylet's pid, which Ray puts
+    in its workers' environment (and their children, vLLM's engine processes, inherit)."""
+    path = tmp_path / "ev.jsonl"
+    monkeypatch.setenv(evidence.ENV, str(path))
+    monkeypatch.delenv("RAY_RAYLET_PID", raising=False)
+    evidence.record("reward", seconds=0.1)
+    monkeypatch.setenv("RAY_RAYLET_PID", "4321")
+    evidence.record("reward", seconds=0.1)
+    host = socket.gethostname()
+    assert [e["node"] for e in evidence.read(path)] == [host, f"{host}:4321"]
 
 
 # ------------------------------------------------------------------------------------------------ report

@@ -293,6 +293,10 @@ def test_topology_plan_keeps_the_recipes_declared_size(tmp_path, model, tp):
                         "rollout tensor_model_parallel_size"}, shown
     assert {"model", "response budget (tokens)", "actor.ppo_max_token_len_per_gpu"} <= shown
     assert any("1 x 8 GPUs, 64 prompts per step" in note and note.endswith("kept") for note in p.notes)
+    # TP 1: vLLM's worker runs in its engine-core process (one process less per replica); TP 2 keeps verl's mp
+    uni = final.get("actor_rollout_ref.rollout.engine_kwargs.vllm.distributed_executor_backend")
+    assert (uni, p.env["VLLM_ENABLE_V1_MULTIPROCESSING"]) == (("uni", "0") if tp == "1" else (None, "1"))
+    assert "VLLM_CPU_KVCACHE_SPACE" not in p.env  # else it overrides the KV cache sized per engine
 
 
 def test_topology_plan_of_more_ranks_than_one_machine_runs(tmp_path):
@@ -327,6 +331,37 @@ def test_topology_plan_of_several_nodes_joins_a_local_cluster(tmp_path):
     shown = {s.what: s for s in p.substitutions}
     assert (shown["nodes"].launch, shown["nodes"].smoke) == ("4", "2")
     assert shown["Ray cluster"].smoke == "2 raylets on this machine"
+
+
+def test_topology_plan_against_a_running_cluster(tmp_path, monkeypatch):
+    """``--ray-address`` (slurm.sbatch's SMOKE=1): main_ppo joins that cluster, whose raylets were started without the
+    run's environment, so what differs from this shell's environment reaches every worker through the job's
+    runtime_env (a KV-cache variable the raylets inherited cannot be unset there: a note says so); nothing is
+    started locally."""
+    from microcoder_ext.smoke.runner import SmokeUsageError
+
+    monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "4")
+    p = _plan(tmp_path, *_recipe_args(tmp_path), "trainer.nnodes=2", "trainer.n_gpus_per_node=4", topology=True,
+              steps=2, ray_address="10.0.0.1:6379")
+    final = _final(p)
+    assert (p.nnodes, p.gpus_per_node, p.ray_address) == (2, 4, "10.0.0.1:6379")
+    assert p.env["RAY_ADDRESS"] == "10.0.0.1:6379"
+    assert final["ray_kwargs.ray_init.num_gpus"] == "null" and final["ray_kwargs.ray_init.num_cpus"] == "null"
+    prefix = "ray_kwargs.ray_init.runtime_env.env_vars."
+    job = {k[len(prefix):]: v for k, v in final.items() if k.startswith(prefix)}
+    assert all(v.startswith("'") and v.endswith("'") for v in job.values())  # strings: Ray refuses Hydra's ints
+    job = {k: v[1:-1] for k, v in job.items()}
+    assert job["VERL_PLATFORM"] == "cpu" and job["VLLM_TARGET_DEVICE"] == "cpu"
+    assert job["MICROCODER_SMOKE_EVIDENCE"] == str(tmp_path / "evidence.jsonl")
+    assert job["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0"
+    # what the raylets inherited cannot be unset through a runtime_env: said, not hidden
+    assert "VLLM_CPU_KVCACHE_SPACE" not in job
+    assert any(n.startswith("VLLM_CPU_KVCACHE_SPACE=4 of this environment reaches") for n in p.notes)
+    assert "RAY_ADDRESS" not in job and "PATH" not in job  # only what differs from this shell's environment
+    shown = {s.what: s for s in p.substitutions}
+    assert shown["Ray cluster"].smoke == "the running cluster at 10.0.0.1:6379"
+    with pytest.raises(SmokeUsageError, match="add --topology"):
+        _plan(tmp_path, *_recipe_args(tmp_path), ray_address="10.0.0.1:6379")
 
 
 def test_plan_compresses_a_staged_schedule(tmp_path):
