@@ -54,12 +54,13 @@ import os
 import statistics
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import reward_data as rd  # noqa: E402
+
+from microcoder_ext import process_tree  # noqa: E402
 
 PER_TEST = "microcoder, process per test"
 BARE = "bare in-process (no sandbox)"
@@ -198,87 +199,18 @@ def mixed(correct, mutants):
     return [c if i % 2 == 0 else m for i, (c, m) in enumerate(zip(correct, mutants))]
 
 
-# --- memory ----------------------------------------------------------------------------------------------------
-def _pss_kib(pid: int) -> int:
-    try:
-        with open(f"/proc/{pid}/smaps_rollup") as f:
-            for line in f:
-                if line.startswith("Pss:"):
-                    return int(line.split()[1])
-    except OSError:
-        pass
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1])
-    except OSError:
-        pass
-    return 0
-
-
-def _descendants(root: int) -> list[int]:
-    children: dict[int, list[int]] = {}
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            try:
-                with open(f"/proc/{name}/stat") as f:
-                    stat = f.read()
-                ppid = int(stat[stat.rindex(")") + 2:].split()[1])
-            except (OSError, ValueError):
-                continue
-            children.setdefault(ppid, []).append(int(name))
-    out, todo = [], [root]
-    while todo:
-        for c in children.get(todo.pop(), ()):
-            out.append(c)
-            todo.append(c)
-    return out
-
-
-class MemSampler:
-    """Peak PSS (MiB) of this process + descendants, and of the descendants alone, while active."""
-
-    def __init__(self, interval: float = 0.02):
-        self.interval, self.peak_total, self.peak_children = interval, 0.0, 0.0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self):
-        me = os.getpid()
-        while not self._stop.is_set():
-            kids = sum(_pss_kib(p) for p in _descendants(me)) / 1024
-            total = _pss_kib(me) / 1024 + kids
-            self.peak_total, self.peak_children = max(self.peak_total, total), max(self.peak_children, kids)
-            self._stop.wait(self.interval)
-
-    def __enter__(self):
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self._stop.set()
-        self._thread.join()
-
-
-# --- measurement ---------------------------------------------------------------------------------------------
-_TICK = os.sysconf("SC_CLK_TCK")
+# --- memory and CPU ----------------------------------------------------------------------------------------------
+def _tree_pss_mib(root: int) -> tuple[float, float]:
+    """(PSS of ``root`` and its descendants, PSS of the descendants alone), MiB."""
+    kids = sum(process_tree.pss_bytes(p) for p in process_tree.descendants(root)) / 2**20
+    return process_tree.pss_bytes(root) / 2**20 + kids, kids
 
 
 def tree_cpu_s() -> float:
     """CPU seconds used so far by this process and its descendants, reaped ones included (user + system time of
     each living process and of the children it has reaped, /proc/<pid>/stat; the sandbox's fork server reaps every
     sandboxed process, orphans included)."""
-    total = 0
-    for pid in [os.getpid()] + _descendants(os.getpid()):
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                stat = f.read()
-            fields = stat[stat.rindex(")") + 2:].split()
-            total += sum(int(x) for x in fields[11:15])  # utime stime cutime cstime
-        except (OSError, ValueError):
-            pass
-    return total / _TICK
+    return sum(process_tree.cpu_seconds(p) for p in process_tree.tree(os.getpid()))
 
 
 def measure(fn, items) -> dict:
@@ -310,10 +242,12 @@ def summarize(passes: list[dict], items) -> dict:
 
 def measure_memory(fn, items) -> dict:
     """Peak PSS (MiB) while judging ``items`` (untimed)."""
-    with MemSampler() as mem:
+    me = os.getpid()
+    with process_tree.PeakSampler(lambda: _tree_pss_mib(me)[0], 0.02) as total, \
+            process_tree.PeakSampler(lambda: _tree_pss_mib(me)[1], 0.02) as children:
         for it in items:
             fn(it)
-    return {"mem_total": mem.peak_total, "mem_children": mem.peak_children}
+    return {"mem_total": total.stop(), "mem_children": children.stop()}
 
 
 def _pass_range(ours: dict, theirs: dict) -> str:

@@ -25,52 +25,23 @@ import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections import defaultdict
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from microcoder_ext import process_tree  # noqa: E402
+
 MODELS = ("qwen3_1.7b", "qwen3_4b_instruct", "ds_8b")
 ALGOS = ("grpo_baseline", "dapo_baseline", "microcoder")
 CELLS = [f"{m}/microcoder" for m in MODELS] + [f"qwen3_1.7b/{a}" for a in ALGOS if a != "microcoder"]
 
 
-def _children() -> dict[int, list[int]]:
-    kids: dict[int, list[int]] = defaultdict(list)
-    for entry in Path("/proc").glob("[0-9]*"):
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            kids[int(fields[1])].append(int(entry.name))
-        except (OSError, IndexError, ValueError):
-            continue
-    return kids
-
-
-def _tree(root: int) -> list[int]:
-    kids, out, todo = _children(), [], [root]
-    while todo:
-        pid = todo.pop()
-        out.append(pid)
-        todo.extend(kids.get(pid, []))
-    return out
-
-
-def _pss(pid: int) -> int:
-    try:
-        for line in open(f"/proc/{pid}/smaps_rollup"):
-            if line.startswith("Pss:"):
-                return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 0
-
-
 def _kind(pid: int) -> str:
-    try:
-        cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-    except OSError:
-        return "?"
+    """What a process of a smoke is: a Ray actor or vLLM process by its title, else its program."""
+    cmd = process_tree.command_line(pid)
     hit = re.match(r"(ray::\w+|VLLM::\w+)", cmd)
     if hit:
         return hit.group(1)
@@ -80,30 +51,14 @@ def _kind(pid: int) -> str:
     return Path(cmd.split(" ", 1)[0]).name or "?"
 
 
-class PeakMemory(threading.Thread):
-    """Samples the PSS of ``root``'s process tree until :meth:`stop`; ``peak`` (bytes) and ``kinds`` at the peak."""
-
-    def __init__(self, root: int, interval_s: float = 2.0):
-        super().__init__(daemon=True)
-        self.root, self.interval_s, self.peak, self.kinds = root, interval_s, 0, {}
-        self._done = threading.Event()
-
-    def run(self) -> None:
-        while not self._done.is_set():
-            by: dict[str, list[int]] = defaultdict(lambda: [0, 0])
-            total = 0
-            for pid in _tree(self.root):
-                size = _pss(pid)
-                total += size
-                by[_kind(pid)][0] += size
-                by[_kind(pid)][1] += 1
-            if total > self.peak:
-                self.peak, self.kinds = total, {k: (round(v / 1e9, 2), n) for k, (v, n) in by.items()}
-            self._done.wait(self.interval_s)
-
-    def stop(self) -> None:
-        self._done.set()
-        self.join()
+def tree_pss(root: int) -> tuple[int, dict]:
+    """PSS (bytes) of ``root``'s process tree, and per kind of process: (GB, how many)."""
+    by: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+    for pid in process_tree.tree(root):
+        size = process_tree.pss_bytes(pid)
+        by[_kind(pid)][0] += size
+        by[_kind(pid)][1] += 1
+    return sum(v for v, _ in by.values()), {k: (round(v / 1e9, 2), n) for k, (v, n) in by.items()}
 
 
 def run_cell(cell: str, steps: int, nnodes: int | None, gpus: int | None, work: Path, timeout_s: float) -> dict:
@@ -119,17 +74,16 @@ def run_cell(cell: str, steps: int, nnodes: int | None, gpus: int | None, work: 
     with open(work / "bench.log", "w") as log:
         proc = subprocess.Popen(["bash", str(ROOT / "verl_recipes" / "train.sh"), "trainer.val_before_train=false"],
                                 env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        watch = PeakMemory(proc.pid)
-        watch.start()
+        watch = process_tree.PeakSampler(lambda: tree_pss(proc.pid), interval_s=2.0)
         try:
             rc = proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGTERM)  # microcoder smoke stops what it started on SIGTERM
             rc = proc.wait()
         finally:
-            watch.stop()
-    row = {"cell": cell, "rc": rc, "wall_s": round(time.monotonic() - t0, 1), "peak_pss_gb": round(watch.peak / 1e9, 2),
-           "at_peak": dict(sorted(watch.kinds.items(), key=lambda kv: -kv[1][0])[:6])}
+            peak, kinds = watch.stop() or (0, {})
+    row = {"cell": cell, "rc": rc, "wall_s": round(time.monotonic() - t0, 1), "peak_pss_gb": round(peak / 1e9, 2),
+           "at_peak": dict(sorted(kinds.items(), key=lambda kv: -kv[1][0])[:6])}
     if report.exists():
         got = json.loads(report.read_text())
         row.update(ok=got["ok"], steps=len(got["steps"]), error=(got.get("error") or "")[-600:],

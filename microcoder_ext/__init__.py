@@ -1,10 +1,12 @@
 """microcoder-ext: MicroCoder-GRPO for verl, OpenRLHF and TRL.
 
 Layout (data flows one way, lowest layer first: core and the single modules (compat, internals, jsonl, tiny,
-evidence) <- reward, data, bundled, eval, sampling <- smoke <- verl, openrlhf, trl adapters <- demo, configs <- cli;
-a module imports only its own layer and those below, no import cycle, ``tests/core/test_import_structure.py``):
+evidence, process_tree) <- reward, data, bundled, eval, sampling <- smoke <- verl, openrlhf, trl adapters <- demo,
+configs <- cli; a module imports only its own layer and those below, no import cycle,
+``tests/core/test_import_structure.py``):
   microcoder_ext.core      framework-free algorithms (verdicts, truncation mask, temperature, config, doctor rules)
   microcoder_ext.evidence  what the processes of a smoke run saw (JSON lines; standard library only)
+  microcoder_ext.process_tree  this machine's processes from /proc: descendants, memory, CPU time, a peak sampler
   microcoder_ext.reward    code-execution reward (verl ``compute_score``) and its process sandbox
   microcoder_ext.data      training / evaluation data (sources, filters, difficulty, writers)
   microcoder_ext.eval      pass@k tables and training curves as the paper reports them

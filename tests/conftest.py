@@ -37,7 +37,6 @@ import json
 import os
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -49,11 +48,12 @@ if str(Path(__file__).parent) not in sys.path:
 
 import host_load  # noqa: E402
 
+from microcoder_ext import process_tree  # noqa: E402
+
 DIR_ENV = "MICROCODER_TEST_MEMORY_DIR"
 BUDGET_ENV = "MICROCODER_TEST_MEMORY_GB"
 SAMPLE_S = 1.0
 SLOW_GB = 2.0
-_PAGE = os.sysconf("SC_PAGE_SIZE")
 RAY_NICENESS_ENV = "RAY_worker_niceness"  # Ray's config override, read by the raylet when a cluster starts
 
 os.environ[RAY_NICENESS_ENV] = "0"
@@ -120,63 +120,14 @@ def reserve(directory: Path, budget: float, gb: float, what: str):
             state["queue"] = [q for q in state["queue"] if q["token"] != token]
 
 
-def _children() -> dict[int, list[int]]:
-    kids: dict[int, list[int]] = {}
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry.name}/stat") as f:
-                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-        except (OSError, IndexError, ValueError):
-            continue
-        kids.setdefault(ppid, []).append(int(entry.name))
-    return kids
-
-
 def tree_rss() -> int:
     """Bytes resident in this process and all its descendants."""
-    kids, total, todo = _children(), 0, [os.getpid()]
-    while todo:
-        pid = todo.pop()
-        try:
-            with open(f"/proc/{pid}/statm") as f:
-                total += int(f.read().split()[1]) * _PAGE
-        except (OSError, IndexError, ValueError):
-            pass
-        todo.extend(kids.get(pid, ()))
-    return total
+    return sum(process_tree.rss_bytes(pid) for pid in process_tree.tree(os.getpid()))
 
 
-class _Sampler:
-    """The peak of :func:`tree_rss` over the current test, sampled every SAMPLE_S seconds in a thread."""
-
-    def __init__(self):
-        self.peak = 0
-        #: sampled only in tests that start launches, Ray or TransferQueue (markers ``memory``, ``slow``)
-        self.paused = True
-        self._stop = threading.Event()
-        self._lock = threading.Lock()
-        threading.Thread(target=self._run, name="test-memory-sampler", daemon=True).start()
-
-    def _run(self):
-        while not self._stop.wait(SAMPLE_S):
-            if self.paused:
-                continue
-            rss = tree_rss()
-            with self._lock:
-                self.peak = max(self.peak, rss)
-
-    def take(self) -> int:
-        with self._lock:
-            peak, self.peak = (self.peak if self.paused else max(self.peak, tree_rss())), 0
-        return peak
-
-    def stop(self):
-        self._stop.set()
-
-
-_sampler: _Sampler | None = None
+#: the peak of :func:`tree_rss` over the current test; sampled only in tests that start launches, Ray or
+#: TransferQueue (markers ``memory``, ``slow``)
+_sampler: process_tree.PeakSampler | None = None
 _report: list[tuple[float, str, float | None]] = []  # (peak GB, node id, reserved GB)
 _waits: list[tuple[float, str]] = []
 
@@ -184,7 +135,7 @@ _waits: list[tuple[float, str]] = []
 def pytest_configure(config):
     global _sampler
     if _sampler is None and not hasattr(config, "workerinput"):
-        _sampler = _Sampler()
+        _sampler = process_tree.PeakSampler(tree_rss, SAMPLE_S, paused=True)
 
 
 def pytest_unconfigure(config):
@@ -212,7 +163,7 @@ def pytest_runtest_protocol(item, nextitem):
         return (yield)
     finally:
         if _sampler is not None and sampled:
-            _report.append((_sampler.take() / 2**30, item.nodeid, gb))
+            _report.append(((_sampler.take() or 0) / 2**30, item.nodeid, gb))
             _sampler.paused = True
 
 

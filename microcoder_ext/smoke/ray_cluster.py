@@ -28,6 +28,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from microcoder_ext.process_tree import processes_naming
+
 #: seconds to wait for every raylet to join (Ray's own node start-up takes 5-30 s each on a busy 2-core machine)
 JOIN_TIMEOUT_S = 600.0
 
@@ -103,20 +105,6 @@ def _signal_group(proc: subprocess.Popen, sig: int) -> None:
         pass
 
 
-def processes_naming(text: str) -> list[int]:
-    """Pids of this user's processes whose command line contains ``text`` (Linux ``/proc``; [] elsewhere)."""
-    me, out = os.getpid(), []
-    for entry in Path("/proc").glob("[0-9]*"):
-        try:
-            if int(entry.name) == me or entry.stat().st_uid != os.getuid():
-                continue
-            if text.encode() in (entry / "cmdline").read_bytes():
-                out.append(int(entry.name))
-        except (OSError, ValueError):
-            continue
-    return out
-
-
 def start(nnodes: int, gpus_per_node: int, cpus_per_node: int, env: dict, log_dir: Path,
           timeout_s: float = JOIN_TIMEOUT_S) -> LocalCluster:
     """Start ``nnodes`` raylets of ``gpus_per_node`` logical GPUs and ``cpus_per_node`` CPUs each; return once the
@@ -161,11 +149,10 @@ def node_gpus(address: str, env: dict, timeout_s: float = 120.0) -> list[float]:
     """The Ray (logical) GPUs of each alive node of the cluster at ``address``, asked from a child process with
     ``env`` (its auth token); raises :class:`ClusterStartError` when the cluster cannot be reached."""
     host, _, port = address.rpartition(":")
-    try:  # Ray's client retries an address where nothing listens for minutes
-        with socket.create_connection((host or "127.0.0.1", int(port)), timeout=10):
-            pass
-    except (OSError, ValueError) as e:
-        raise ClusterStartError(f"cannot reach the Ray cluster at {address} (host:port of its head): {e}") from None
+    # Ray's client retries an address where nothing listens for minutes
+    if not port.isdigit() or not _listening(int(port), host or "127.0.0.1", timeout_s=10.0):
+        raise ClusterStartError(f"cannot reach the Ray cluster at {address} (host:port of its head): nothing "
+                                "accepts connections there")
     probe = [sys.executable, "-c",
              "import json, sys, ray; ray.init(address=sys.argv[1], logging_level='ERROR'); "
              "print(json.dumps([n['Resources'].get('GPU', 0) for n in ray.nodes() if n['Alive']]))", address]
@@ -196,10 +183,13 @@ def _spawn(cmd: list[str], env: dict, log: Path) -> subprocess.Popen:
         return subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
 
 
-def _listening(port: int) -> bool:
-    with socket.socket() as s:
-        s.settimeout(1.0)
-        return s.connect_ex(("127.0.0.1", port)) == 0
+def _listening(port: int, host: str = "127.0.0.1", timeout_s: float = 1.0) -> bool:
+    """Whether something at ``host`` accepts TCP connections on ``port`` (within ``timeout_s``)."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s):
+            return True
+    except OSError:
+        return False
 
 
 def _wait_for(ready, timeout_s: float, cluster: LocalCluster, what: str, poll_s: float = 0.5) -> None:

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from microcoder_ext import evidence
+from microcoder_ext.smoke import ray_cluster
 from microcoder_ext.smoke.report import SmokeReport, StepRecord, Substitution
 from microcoder_ext.smoke.runner import EXIT_FAILED, EXIT_OK, SmokeOptions, SmokeUsageError
 from microcoder_ext.smoke.schedule import compress_stages
@@ -575,8 +576,6 @@ def run(p: VerlSmokePlan, opts: SmokeOptions, progress=None) -> SmokeReport:
     with contextlib.ExitStack() as stack:
         env = p.env
         if p.ray_address:
-            from microcoder_ext.smoke import ray_cluster
-
             try:
                 problem = ray_cluster.missing_nodes(ray_cluster.node_gpus(p.ray_address, env), p.nnodes,
                                                     p.gpus_per_node)
@@ -585,8 +584,6 @@ def run(p: VerlSmokePlan, opts: SmokeOptions, progress=None) -> SmokeReport:
             if problem:
                 return _failed(p, t0, log, f"--ray-address {p.ray_address}: {problem}")
         elif p.nnodes > 1:
-            from microcoder_ext.smoke import ray_cluster
-
             cpus = ray_cpus(p.gpus_per_node, p.nnodes)
             if progress is not None:
                 progress(f"  starting a local Ray cluster: {p.nnodes} raylets x {p.gpus_per_node} GPUs, {cpus} CPUs")

@@ -28,7 +28,7 @@ LOWER = (f"{PKG}.core", f"{PKG}.reward")
 #: the package's layers, lowest first, by the name after ``microcoder_ext.`` ("" = the package's ``__init__``): a
 #: module imports modules of its own layer and of the layers below, never of one above
 LAYERS = (
-    ("", "compat", "internals", "jsonl", "tiny", "evidence", "core"),  # single modules and the algorithms
+    ("", "compat", "internals", "jsonl", "tiny", "evidence", "process_tree", "core"),  # single modules and the algorithms
     ("reward", "data", "bundled", "sampling", "eval"),  # framework-free libraries
     ("smoke",),  # framework-free pieces of the smoke runs, the demo and the quickstart
     FRAMEWORKS,  # the adapters

@@ -11,6 +11,7 @@ import pytest
 
 import ray  # noqa: F401  (a dependency of every framework venv: a missing one fails, never skips)
 
+from microcoder_ext.process_tree import processes_naming
 from microcoder_ext.smoke import ray_cluster
 
 pytestmark = [pytest.mark.memory(2)]
@@ -37,12 +38,12 @@ print(set(ray.get([env_of_a_worker.remote() for _ in range(6)])))
         assert got.returncode == 0, got.stderr[-3000:]
         lines = got.stdout.splitlines()
         assert lines[-2] == "2 6 [3, 3]" and lines[-1] == "{'on-every-node'}", got.stdout
-        assert ray_cluster.processes_naming(str(cluster.temp_dir))  # its raylets, GCS, workers
+        assert processes_naming(str(cluster.temp_dir))  # its raylets, GCS, workers
         assert ray_cluster.node_gpus(cluster.address, {**os.environ, **cluster.client_env}) == [3.0, 3.0]
     finally:
         cluster.stop()
     assert all(p.poll() is not None for p in cluster.procs)
-    assert ray_cluster.processes_naming(str(cluster.temp_dir)) == []
+    assert processes_naming(str(cluster.temp_dir)) == []
     assert not cluster.temp_dir.exists()
 
 

@@ -25,7 +25,8 @@ from pathlib import Path
 import pytest
 from host_load import hang_guard
 
-from microcoder_ext.smoke.ray_cluster import free_port, processes_naming
+from microcoder_ext.process_tree import processes_naming
+from microcoder_ext.smoke.ray_cluster import free_port
 from microcoder_ext.verl.ray_resources import DEFAULT_STORAGE_UNITS, node_cpus_needed
 from microcoder_ext.verl.smoke import ray_cpus
 
