@@ -25,31 +25,16 @@ from __future__ import annotations
 
 import sys
 
-from microcoder_ext.openrlhf.cpu import modules
+from microcoder_ext.openrlhf.cpu import flash_attn_standin, modules
 
 __all__ = ["STUBS", "install", "installed", "is_stub"]
 
 MARK = "__microcoder_cpu_stub__"
 
 
-def _kernel(name: str):
-    def unavailable(*args, **kwargs):
-        raise NotImplementedError(f"{name} is a CPU test stub (flash-attn is not installed)")
-
-    unavailable.__name__ = unavailable.__qualname__ = name.rsplit(".", 1)[-1]
-    unavailable.__module__ = name.rpartition(".")[0]
-    return unavailable
-
-
-_BERT_PADDING = ("index_first_axis", "pad_input", "rearrange", "unpad_input")
-
-#: exact module name -> the attributes OpenRLHF 0.11.2 imports from it
-STUBS: dict[str, dict] = {
-    "flash_attn": {},
-    "flash_attn.bert_padding": {n: _kernel(f"flash_attn.bert_padding.{n}") for n in _BERT_PADDING},
-    "flash_attn.utils": {},
-    "flash_attn.utils.distributed": {"all_gather": _kernel("flash_attn.utils.distributed.all_gather")},
-}
+#: exact module name -> the attributes OpenRLHF 0.11.2 imports from it: the CPU backend's own list (its kernels
+#: raise ``NotImplementedError`` when called), registered here under this file's mark
+STUBS: dict[str, dict] = flash_attn_standin.MODULES
 
 
 def is_stub(module) -> bool:

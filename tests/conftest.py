@@ -57,6 +57,9 @@ SLOW_GB = 2.0
 RAY_NICENESS_ENV = "RAY_worker_niceness"  # Ray's config override, read by the raylet when a cluster starts
 
 os.environ[RAY_NICENESS_ENV] = "0"
+# `microcoder smoke`'s own bound (default 1200 + 120 s per step) stops a launch, cleanly, just before the test's hang
+# guard would kill the CLI alone: the suite's load never ends a smoke earlier than it ends any other child
+os.environ["MICROCODER_SMOKE_TIMEOUT"] = str(host_load.HANG_CAP_S - 120)
 
 
 def _alive(pid: int) -> bool:

@@ -320,6 +320,8 @@ ENV_EXTRA = {
     "MICROCODER_VERL_CPU_RUN": "set by the verl CPU backend in a smoke run's driver (not for users): the run's token "
                                "in verl's weight-sync socket names ([vLLM on the CPU](vllm-cpu.md))",
     "MICROCODER_SMOKE_EVIDENCE": "set by `microcoder smoke` for the processes it starts (not for users)",
+    "MICROCODER_SMOKE_TIMEOUT": "default of `microcoder smoke --timeout`, seconds (0: never; unset: 1200 + 120 per "
+                                "step), for a machine slower than a busy 2 cores",
     "MICROCODER_OPENRLHF_CPU": "set by `microcoder smoke openrlhf`: activates the OpenRLHF CPU backend (not for users)",
     "MICROCODER_OPENRLHF_CPU_CHECKED": "set by the OpenRLHF CPU backend in a smoke run's driver once its guard passed, "
                                        "for its Ray workers (not for users): keyed to the installed OpenRLHF, "

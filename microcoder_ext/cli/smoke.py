@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 from microcoder_ext.smoke.runner import EXIT_FAILED, EXIT_OK, EXIT_USAGE, SmokeOptions, SmokeUsageError
@@ -79,7 +80,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", metavar="PATH", help="write the report (per step) as JSON")
     parser.add_argument("--timeout", type=float,
                         help="seconds before the framework's process group is killed and the smoke fails (exit 1; "
-                             "default 1200 + 120 per step; 0: never)")
+                             f"default ${TIMEOUT_ENV} if set, else 1200 + 120 per step; 0: never)")
     parser.add_argument("-v", "--verbose", action="store_true", help="stream the framework's output")
     parser.add_argument("framework", choices=sorted(RUNNERS), help="whose entry point to run")
     parser.add_argument("launch", nargs=argparse.REMAINDER,
@@ -87,14 +88,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.set_defaults(print_smoke_help=parser.print_help)
 
 
+#: the default of ``--timeout`` in seconds (0: never), for machines slower than a busy 2-core one (a CI runner, a
+#: test suite's own load)
+TIMEOUT_ENV = "MICROCODER_SMOKE_TIMEOUT"
+
+
 def default_timeout(steps: int) -> float:
-    """A bound on a smoke run that never hangs: start-up (Ray, vLLM's engine, the first requests) plus each step,
-    with room for a busy 2-core machine."""
-    return 1200.0 + 120.0 * steps
+    """A bound on a smoke run that never hangs, in seconds: ``$MICROCODER_SMOKE_TIMEOUT`` when set, else start-up
+    (Ray, vLLM's engine, the first requests) plus each step, with room for a busy 2-core machine."""
+    value = os.environ.get(TIMEOUT_ENV, "").strip()
+    if not value:
+        return 1200.0 + 120.0 * steps
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = -1.0
+    if not seconds >= 0:
+        raise SmokeUsageError(f"${TIMEOUT_ENV}={value!r}: expected seconds >= 0 (0: never)")
+    return seconds
 
 
 def options(args: argparse.Namespace) -> SmokeOptions:
-    timeout = default_timeout(args.steps) if args.timeout is None else (args.timeout or None)
+    timeout = (default_timeout(args.steps) if args.timeout is None else args.timeout) or None  # 0: never
     return SmokeOptions(steps=args.steps, rows=args.rows, val_rows=args.val_rows, prompts=args.prompts,
                         max_samples=args.max_samples, response_length=args.response_length, gpus=args.gpus,
                         topology=args.topology, ray_address=args.ray_address, warm_start=args.warm_start,

@@ -148,7 +148,7 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--report_to", default="none",
                    help="TRL/transformers loggers: none, tensorboard, wandb, ... (comma-separated; default none)")
     g.add_argument("--gradient_checkpointing", action="store_true", help="trade compute for memory")
-    g.add_argument("--use_vllm", action="store_true", help="generate with vLLM (colocate mode; needs a CUDA vLLM)")
+    g.add_argument("--use_vllm", action="store_true", help="generate with vLLM (colocate mode; GPU runs only: refused with --use_cpu)")
     g.add_argument("--dry_run", action="store_true",
                    help="validate the flags, read the dataset, print the effective settings, stop (no model loaded)")
 

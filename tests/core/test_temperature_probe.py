@@ -233,7 +233,8 @@ def test_backend_choice():
     assert ss.choose_backend("auto", "auto")[0] == ("vllm" if usable else "hf")
 
 
-# --- vLLM sampler glue only: a hand-made object with vllm.LLM.generate's return shape (not vLLM) ---------------
+# --- vLLM sampler glue only: a hand-made object with vllm.LLM.generate's return shape (not vLLM): the probe's vLLM
+# backend runs only where CUDA is (vllm_usable), never in these CPU venvs (listed in docs/tests.md) -----------------
 
 
 class _Completion:  # vllm.CompletionOutput: the fields the sampler reads

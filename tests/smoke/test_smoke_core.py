@@ -250,6 +250,24 @@ def test_error_excerpt_names_the_workers_root_cause_and_the_entry_points_error(t
     assert error_excerpt(plain) == "CUDA Error: no device"
 
 
+def test_smoke_timeout_default_flag_and_environment(monkeypatch, capsys):
+    """``--timeout`` wins; unset, ``$MICROCODER_SMOKE_TIMEOUT`` (0: never), else 1200 + 120 s per step; a bad value
+    of the variable is a usage error (exit 2) before anything starts."""
+    from microcoder_ext.cli import main
+    from microcoder_ext.cli.smoke import TIMEOUT_ENV, default_timeout
+
+    monkeypatch.delenv(TIMEOUT_ENV, raising=False)  # the suite's conftest sets it for every test
+    assert default_timeout(3) == 1200 + 360
+    monkeypatch.setenv(TIMEOUT_ENV, "90.5")
+    assert default_timeout(3) == 90.5
+    monkeypatch.setenv(TIMEOUT_ENV, "0")
+    assert default_timeout(3) == 0
+    for bad in ("soon", "-5", "nan"):
+        monkeypatch.setenv(TIMEOUT_ENV, bad)
+        assert main(["smoke", "verl", "+recipe=microcoder"]) == 2
+        assert f"${TIMEOUT_ENV}={bad!r}: expected seconds >= 0" in capsys.readouterr().err
+
+
 def test_run_logged_bounds_a_silent_hang_and_a_leftover_child(tmp_path):
     """A framework process that hangs without printing is killed at the deadline (exit 124); one that exits while a
     process of its group still holds the output pipe returns its own status (the leftover is killed)."""

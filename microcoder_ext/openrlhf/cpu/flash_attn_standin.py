@@ -22,6 +22,7 @@ def _unavailable(qualname: str):
             "import. Drop --ds.packing_samples / --train.dynamic_batch_enable / --ds.ring_attn_size on the CPU")
 
     flash_attn_kernel.__name__ = flash_attn_kernel.__qualname__ = qualname.rsplit(".", 1)[-1]
+    flash_attn_kernel.__module__ = qualname.rpartition(".")[0]
     return flash_attn_kernel
 
 

@@ -36,7 +36,8 @@ never load a worker stay light. If a check fails in a worker, the patched name i
 guard's error, so the run stops there with the message rather than with a confusing one later.
 
 What the CPU backend cannot show: CUDA kernels (vLLM's and flash-attention), bf16 numerics on GPUs, memory use, NCCL
-and CUDA IPC, tensor-parallel engines, vLLM's sleep mode, FSDP1.
+and CUDA IPC, vLLM's sleep mode, FSDP1. Tensor-parallel engines run (vLLM's CPU build shards over gloo; ``microcoder
+smoke --topology`` keeps a launch's TP), not their GPU kernels or NCCL.
 """
 
 from __future__ import annotations
