@@ -21,6 +21,7 @@ import threading
 import time
 
 import pytest
+from host_load import hang_guard
 
 from microcoder_ext.core import verdicts as V
 from microcoder_ext.reward import evaluate_response
@@ -394,7 +395,8 @@ def test_escape_primitives_work_unsandboxed(listener, secret_file, hostile_files
         assert s.recv(100).decode().strip() == SECRET
     for name in ESCAPE_BASELINE:
         code = _fill(ESCAPE_PROGRAMS[name], listener, secret_file, hostile_files, adv_engine)
-        out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=30)
+        out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True,
+                             timeout=hang_guard(3))
         assert out.stdout.split()[:1] == ["ESCAPED"], (name, out.stdout, out.stderr[-500:])
 
 

@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import pytest
+from host_load import hang_guard
 
 import ray  # noqa: F401  (a dependency of every framework venv: a missing one fails, never skips)
 
@@ -33,7 +34,7 @@ def env_of_a_worker():
 
 print(set(ray.get([env_of_a_worker.remote() for _ in range(6)])))
 """
-        got = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=600,
+        got = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=hang_guard(60),
                              env={**os.environ, **cluster.client_env})
         assert got.returncode == 0, got.stderr[-3000:]
         lines = got.stdout.splitlines()
@@ -53,7 +54,7 @@ def test_a_client_without_the_clusters_token_is_refused(tmp_path):
         env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH")}
         env.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN="0" * 64)
         got = subprocess.run([sys.executable, "-c", f"import ray; ray.init(address={cluster.address!r})"],
-                             capture_output=True, text=True, timeout=300, env=env)
+                             capture_output=True, text=True, timeout=hang_guard(30), env=env)
         assert got.returncode != 0 and "auth" in (got.stdout + got.stderr).lower()
     finally:
         cluster.stop()
