@@ -49,6 +49,7 @@ if str(Path(__file__).parent) not in sys.path:
 import host_load  # noqa: E402
 
 from microcoder_ext import process_tree  # noqa: E402
+from microcoder_ext.cli.smoke import TIMEOUT_ENV as SMOKE_TIMEOUT_ENV  # noqa: E402
 
 DIR_ENV = "MICROCODER_TEST_MEMORY_DIR"
 BUDGET_ENV = "MICROCODER_TEST_MEMORY_GB"
@@ -59,7 +60,7 @@ RAY_NICENESS_ENV = "RAY_worker_niceness"  # Ray's config override, read by the r
 os.environ[RAY_NICENESS_ENV] = "0"
 # `microcoder smoke`'s own bound (default 1200 + 120 s per step) stops a launch, cleanly, just before the test's hang
 # guard would kill the CLI alone: the suite's load never ends a smoke earlier than it ends any other child
-os.environ["MICROCODER_SMOKE_TIMEOUT"] = str(host_load.HANG_CAP_S - 120)
+os.environ[SMOKE_TIMEOUT_ENV] = str(host_load.HANG_CAP_S - 120)
 
 
 def _alive(pid: int) -> bool:

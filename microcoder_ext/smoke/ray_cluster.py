@@ -150,9 +150,9 @@ def node_gpus(address: str, env: dict, timeout_s: float = 120.0) -> list[float]:
     ``env`` (its auth token); raises :class:`ClusterStartError` when the cluster cannot be reached."""
     host, _, port = address.rpartition(":")
     # Ray's client retries an address where nothing listens for minutes
-    if not port.isdigit() or not _listening(int(port), host or "127.0.0.1", timeout_s=10.0):
-        raise ClusterStartError(f"cannot reach the Ray cluster at {address} (host:port of its head): nothing "
-                                "accepts connections there")
+    why = _connect_error(host or "127.0.0.1", port, timeout_s=10.0)
+    if why:
+        raise ClusterStartError(f"cannot reach the Ray cluster at {address} (host:port of its head): {why}")
     probe = [sys.executable, "-c",
              "import json, sys, ray; ray.init(address=sys.argv[1], logging_level='ERROR'); "
              "print(json.dumps([n['Resources'].get('GPU', 0) for n in ray.nodes() if n['Alive']]))", address]
@@ -183,13 +183,19 @@ def _spawn(cmd: list[str], env: dict, log: Path) -> subprocess.Popen:
         return subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
 
 
-def _listening(port: int, host: str = "127.0.0.1", timeout_s: float = 1.0) -> bool:
-    """Whether something at ``host`` accepts TCP connections on ``port`` (within ``timeout_s``)."""
+def _connect_error(host: str, port: int | str, timeout_s: float) -> str | None:
+    """Why no TCP connection to ``host``:``port`` opened within ``timeout_s`` (refused, unknown host, not a port),
+    or None when one did."""
     try:
-        with socket.create_connection((host, port), timeout=timeout_s):
-            return True
-    except OSError:
-        return False
+        with socket.create_connection((host, int(port)), timeout=timeout_s):
+            return None
+    except (OSError, ValueError) as e:
+        return str(e)
+
+
+def _listening(port: int) -> bool:
+    """Whether something on this machine accepts TCP connections on ``port`` (within 1 s)."""
+    return _connect_error("127.0.0.1", port, timeout_s=1.0) is None
 
 
 def _wait_for(ready, timeout_s: float, cluster: LocalCluster, what: str, poll_s: float = 0.5) -> None:
