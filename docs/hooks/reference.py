@@ -330,6 +330,9 @@ ENV_EXTRA = {
     "MICROCODER_OPENRLHF_CPU_ENGINE_START": "OpenRLHF CPU backend: `perturbed` starts vLLM on weights that differ "
                                             "from the trainer's in every tensor (so only the weight sync can make it "
                                             "serve the trainer's model; the end-to-end tests set it)",
+    "MICROCODER_OPENRLHF_CPU_KV_CACHE_BYTES": "OpenRLHF CPU backend: bytes of KV cache per vLLM engine shard "
+                                              "(`microcoder smoke --topology` sets it for the smoke's batch; "
+                                              "otherwise vLLM's `VLLM_CPU_KVCACHE_SPACE`, in GiB, applies)",
     "MICROCODER_OPENRLHF_CPU_SYNC_TIMEOUT": "OpenRLHF CPU backend: seconds a weight-sync broadcast waits for a silent "
                                             "vLLM worker before the run fails (default 300)",
     "MICROCODER_OPENRLHF_CPU_FAIL_SYNC": "OpenRLHF CPU backend, fault injection for the tests: the vLLM worker fails "

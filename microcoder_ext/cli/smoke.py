@@ -29,7 +29,7 @@ sampling parameters and log-prob mode the framework sends and stops responses by
 reward, computes log-probs and advantages, applies the mask and the temperature controller, updates the weights,
 syncs them into vLLM (checked inside vLLM's worker), logs and checkpoints.
 what it cannot show: CUDA kernels, bf16 numerics on GPUs, memory at full size, NCCL and CUDA IPC, tensor-parallel
-engines (except verl's under --topology), vLLM's sleep mode, the real model's behaviour.
+engines (except under --topology), vLLM's sleep mode, the real model's behaviour.
 
 examples:
   microcoder smoke verl +recipe=microcoder data.train_files=train.parquet data.val_files=val.parquet \\
@@ -65,7 +65,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "sequence parallelism, prompts and samples per step, mini- and micro-batches per rank, "
                              "dynamic-batch token limits (scaled to the short sequences); only the model, the "
                              "sequence lengths and the data rows shrink (--prompts, --max-samples and --gpus do not "
-                             "apply). verl; at most 16 ranks: a larger launch runs at the largest size that keeps "
+                             "apply). verl and OpenRLHF (its actor, reference and critic groups, vLLM engines x TP); "
+                             "at most 16 training ranks: a larger launch runs at the largest size that keeps "
                              "its parallel groups and per-rank batches")
     parser.add_argument("--ray-address", metavar="HOST:PORT",
                         help="with --topology: run against this running Ray cluster (e.g. the one "
@@ -130,9 +131,11 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_OK
     try:
         opts = options(args)
-        if args.framework != "verl" and (opts.topology or opts.ray_address):
-            raise SmokeUsageError(f"--topology and --ray-address run verl launches only so far, not "
-                                  f"{args.framework}'s")
+        if args.framework == "trl" and opts.topology:
+            raise SmokeUsageError("--topology keeps a Ray launch's nodes and ranks: verl and OpenRLHF; a TRL run "
+                                  "is one process (smoke it without --topology)")
+        if args.framework != "verl" and opts.ray_address:
+            raise SmokeUsageError(f"--ray-address runs verl launches only so far, not {args.framework}'s")
         runner = importlib.import_module(RUNNERS[args.framework])
     except SmokeUsageError as e:
         print(f"error: {e}", file=sys.stderr)

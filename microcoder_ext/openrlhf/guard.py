@@ -138,6 +138,12 @@ VLLM_ROUTING_CHECKS: tuple[Check, ...] = (
                 ["load_general_plugins()", "worker_extension_cls"],
                 "loads the general plugins before it mixes in the worker extension"),
     _exists("vllm.v1.worker.cpu_model_runner:CPUModelRunner.load_model"),
+    # a tensor-parallel engine's executor (engine.route_executor): chosen after the CPU platform's config check
+    _params_include("vllm.platforms.cpu:CpuPlatform.check_and_update_config", ["vllm_config"]),
+    _source_has("vllm.config.vllm:VllmConfig.__post_init__", ["current_platform.check_and_update_config(self)"],
+                "lets the platform update the parallel config before the engine picks its executor"),
+    _fields("vllm.config.parallel:ParallelConfig", ("distributed_executor_backend", "worker_extension_cls",
+                                                    "data_parallel_size", "pipeline_parallel_size")),
     _params_include("vllm.distributed.utils:StatelessProcessGroup.create", ["host", "port", "rank", "world_size"]),
     _fields("vllm.distributed.utils:StatelessProcessGroup", ("rank", "world_size", "store")),
     # the rollout actor's engine (request evidence and the weight version it serves)
@@ -157,6 +163,11 @@ CPU_BACKEND_CHECKS: tuple[Check, ...] = VLLM_ROUTING_CHECKS + (
                  '"gpu_memory_utilization": gpu_memory_utilization',
                  'actor_kwargs["logprobs_mode"] = logprobs_mode'],
                 "passes each engine seed + i, bfloat16, sleep mode, the memory fraction and the log-prob mode"),
+    _source_has("openrlhf.trainer.ray.vllm_engine:create_vllm_engines",
+                ['distributed_executor_backend = "uni" if tensor_parallel_size == 1 else "ray"',
+                 '"worker_extension_cls": "openrlhf.trainer.ray.vllm_worker_wrap.WorkerWrap"'],
+                "gives a tensor-parallel engine vLLM's Ray executor and every engine OpenRLHF's WorkerWrap (the CPU "
+                "backend runs its shards with vLLM's multiprocessing executor)"),
     _source_has(f"{_ROLLOUT}.__init__", ["vllm.AsyncEngineArgs(*args, **self.kwargs)",
                                          "vllm.AsyncLLMEngine.from_engine_args(engine_args)"],
                 "builds its engine with AsyncLLMEngine.from_engine_args(AsyncEngineArgs(**kwargs))"),

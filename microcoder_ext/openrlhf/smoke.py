@@ -89,6 +89,7 @@ class OpenRLHFSmokePlan:
     ckpt_path: Path
     logprob_temperature: float | None  #: the actors' constant log-prob temperature (None: set by the controller)
     notes: list[str] = field(default_factory=list)
+    shards: int = 1  #: vLLM engines x tensor-parallel shards: the ``weights_loaded`` events each sync must have
 
     @property
     def command(self) -> list[str]:
@@ -278,6 +279,70 @@ def _datasets(value: str | None) -> list[str]:
     return [d.split("@")[0].strip() for d in str(value).split(",")] if value else []
 
 
+@dataclass(frozen=True)
+class _Size:
+    """What a ``--topology`` smoke runs (after :func:`~microcoder_ext.smoke.topology.fit`): prompts per step,
+    training samples per update (``--train.batch_size``), actor nodes x GPUs per node, vLLM engines, and the
+    reference / critic groups' (nodes, GPUs per node)."""
+
+    prompts: int
+    train_batch: int
+    nnodes: int
+    gpus_per_node: int
+    engines: int
+    ref: tuple[int, int]
+    critic: tuple[int, int]
+
+    @property
+    def world(self) -> int:
+        return self.nnodes * self.gpus_per_node
+
+
+def _declared_size(f: "_Flags", notes: list[str]) -> _Size:
+    """``--topology``: the launch's actor, reference and critic nodes x GPUs, vLLM engines x TP, prompts per step and
+    samples per update, shrunk only past :data:`~microcoder_ext.smoke.topology.MAX_RANKS` actor ranks
+    (:func:`~microcoder_ext.smoke.topology.fit`: every group scales with the actor's world)."""
+    from microcoder_ext.smoke.topology import Declared, TopologyError, fit
+
+    tp = int(f.get("vllm.tensor_parallel_size", 1))
+    for opt, why in (("ds.tensor_parallel_size", "DeepSpeed AutoTP needs GPUs"),
+                     ("ds.ring_attn_size", "ring attention needs flash-attention")):
+        if int(f.get(opt, 1)) != 1:
+            raise SmokeUsageError(f"--topology cannot keep --{opt} {f.get(opt)} ({why}): smoke with --{opt} 1, or "
+                                  "without --topology")
+    declared = Declared(nnodes=int(f.get("actor.num_nodes", 1)), gpus_per_node=int(f.get("actor.num_gpus_per_node", 1)),
+                        prompts=int(f.get("rollout.batch_size", 1024)), mini=int(f.get("train.batch_size", 128)),
+                        groups={"vLLM TP": tp})
+    try:
+        size = fit(declared)
+    except TopologyError as e:
+        raise SmokeUsageError(str(e)) from None
+
+    def scaled(count: int, what: str) -> int:
+        if count * size.world % declared.world:
+            raise SmokeUsageError(f"--topology: {what} ({count}) does not shrink with the actor's "
+                                  f"{declared.world} ranks to {size.world}")
+        return count * size.world // declared.world
+
+    def group(role: str) -> tuple[int, int]:
+        nodes, gpn = int(f.get(f"{role}.num_nodes", 1)), int(f.get(f"{role}.num_gpus_per_node", 1))
+        if size == declared:
+            return nodes, gpn
+        if (nodes, gpn) == (declared.nnodes, declared.gpus_per_node):
+            return size.nnodes, size.gpus_per_node
+        return 1, scaled(nodes * gpn, f"--{role} GPUs")
+
+    engines = int(f.get("vllm.num_engines"))
+    notes.append(f"topology: actor {declared.describe()} declared, {engines} vLLM engine(s) x TP {tp}; "
+                 + ("kept" if size == declared else f"runs as {size.describe()}"))
+    if declared.nnodes > 1:
+        notes.append(f"topology: the {declared.nnodes} nodes' placement groups run on one Ray node (OpenRLHF packs "
+                     "each node's GPUs in one bundle)")
+    return _Size(prompts=size.prompts, train_batch=size.mini, nnodes=size.nnodes, gpus_per_node=size.gpus_per_node,
+                 engines=engines if size == declared else scaled(engines, "--vllm.num_engines"),
+                 ref=group("ref"), critic=group("critic"))
+
+
 def plan(launch: Sequence[str], opts: SmokeOptions, work: Path) -> OpenRLHFSmokePlan:
     """Everything :func:`run` will launch (raises :class:`SmokeUsageError` for a launch that OpenRLHF rejects)."""
     from microcoder_ext.openrlhf import guard
@@ -308,9 +373,11 @@ def plan(launch: Sequence[str], opts: SmokeOptions, work: Path) -> OpenRLHFSmoke
                                   "cannot reach a reward server)")
 
     # data: the first rows of the launch's local files, else the bundled problems
-    prompts_per_step = min(int(f.get("rollout.batch_size", 1024)), opts.prompts)
+    size = _declared_size(f, notes) if opts.topology else None
+    prompts_per_step = size.prompts if size else min(int(f.get("rollout.batch_size", 1024)), opts.prompts)
     rows = max(opts.rows, steps * prompts_per_step)
-    train = openrlhf_data(_datasets(f.get("data.prompt_dataset")), work / "data" / "train.jsonl", rows, "train")
+    train = openrlhf_data(_datasets(f.get("data.prompt_dataset")), work / "data" / "train.jsonl", rows, "train",
+                          cycle=opts.topology)
     if train.rows < steps * prompts_per_step:
         raise SmokeUsageError(f"{train.source}: {train.rows} rows, fewer than {steps} steps x {prompts_per_step} "
                               "prompts (--steps / --prompts)")
@@ -350,23 +417,31 @@ def plan(launch: Sequence[str], opts: SmokeOptions, work: Path) -> OpenRLHFSmoke
     if f.get("critic.model_name_or_path"):
         f.set("--critic.model_name_or_path", tiny.path, "critic model", "the tiny model (value head added by OpenRLHF)")
 
-    # batch: fewer prompts per step and samples per prompt, the same number of updates per step
-    batch = int(f.get("rollout.batch_size", 1024))
+    # batch: fewer prompts per step and samples per prompt, the same number of updates per step (--topology: the
+    # declared batch and per-rank micro-batches, scaled only with the world)
     n = int(f.get("rollout.n_samples_per_prompt", 1))
-    samples_n = min(n, opts.max_samples)
-    train_batch = int(f.get("train.batch_size", 128))
-    updates = max(1, min(prompts_per_step, (batch * n) // max(train_batch, 1)))  # each >= one group's samples
-    gpus = opts.gpus
-    samples = prompts_per_step * samples_n
-    if samples % updates or (samples // updates) % gpus:
-        raise SmokeUsageError(f"{prompts_per_step} prompts x {samples_n} samples do not split into {updates} "
-                              f"update(s) over --gpus {gpus}: change --prompts / --max-samples / --gpus")
-    per_update = samples // updates
-    f.set("--rollout.batch_size", prompts_per_step, "prompts per step", "CPU time")
-    f.set("--rollout.n_samples_per_prompt", samples_n, "samples per prompt", "CPU time")
-    f.set("--train.batch_size", per_update, "train batch (samples)", f"{updates} update(s) per step, as the launch")
-    f.set("--train.micro_batch_size", per_update // gpus, "train micro-batch", "one micro-batch per update and rank")
-    f.set("--rollout.micro_batch_size", max(1, samples // gpus), quiet=True)
+    if size:
+        gpus, samples_n = size.world, n
+        samples = prompts_per_step * n
+        why = "the same share per rank as declared"
+        f.set("--rollout.batch_size", prompts_per_step, "prompts per step", why)
+        f.set("--train.batch_size", size.train_batch, "train batch (samples)", why)
+    else:
+        batch = int(f.get("rollout.batch_size", 1024))
+        samples_n = min(n, opts.max_samples)
+        train_batch = int(f.get("train.batch_size", 128))
+        updates = max(1, min(prompts_per_step, (batch * n) // max(train_batch, 1)))  # each >= one group's samples
+        gpus = opts.gpus
+        samples = prompts_per_step * samples_n
+        if samples % updates or (samples // updates) % gpus:
+            raise SmokeUsageError(f"{prompts_per_step} prompts x {samples_n} samples do not split into {updates} "
+                                  f"update(s) over --gpus {gpus}: change --prompts / --max-samples / --gpus")
+        per_update = samples // updates
+        f.set("--rollout.batch_size", prompts_per_step, "prompts per step", "CPU time")
+        f.set("--rollout.n_samples_per_prompt", samples_n, "samples per prompt", "CPU time")
+        f.set("--train.batch_size", per_update, "train batch (samples)", f"{updates} update(s) per step, as the launch")
+        f.set("--train.micro_batch_size", per_update // gpus, "train micro-batch", "one micro-batch per update and rank")
+        f.set("--rollout.micro_batch_size", max(1, samples // gpus), quiet=True)
     vgb = f.get("rollout.vllm_generate_batch_size")
     if vgb is not None and int(vgb) > prompts_per_step:
         f.set("--rollout.vllm_generate_batch_size", prompts_per_step, quiet=True)
@@ -383,38 +458,61 @@ def plan(launch: Sequence[str], opts: SmokeOptions, work: Path) -> OpenRLHFSmoke
         f.set("--data.max_len", 1024 + budget, "context (prompt + response)", "prompts up to 1024 tokens")
 
     # GPUs, parallelism, GPU-only features
-    f.set("--actor.num_nodes", 1, "nodes", "one machine")
-    f.set("--actor.num_gpus_per_node", gpus, "actor GPUs", "Ray logical GPUs (DeepSpeed ranks over gloo)")
     has_ref = float(f.get("algo.kl.init_coef", 0.01)) > 0
-    ray_gpus = gpus
     colocate = bool(f.get("train.colocate_all")) or bool(f.get("train.colocate_actor_ref"))
-    if has_ref:
-        f.set("--ref.num_nodes", 1, quiet=True)
-        f.set("--ref.num_gpus_per_node", gpus, "reference GPUs", "Ray logical GPUs")
-        ray_gpus += 0 if colocate else gpus
-    if f.get("critic.model_name_or_path"):
-        f.set("--critic.num_nodes", 1, quiet=True)
-        f.set("--critic.num_gpus_per_node", gpus, "critic GPUs", "Ray logical GPUs")
-        ray_gpus += gpus
-    engines = f.get("vllm.num_engines")
-    want = gpus if f.get("train.colocate_all") else min(int(engines), gpus)
-    f.set("--vllm.num_engines", want, "vLLM engines", "one CPU engine per logical GPU")
-    ray_gpus += 0 if f.get("train.colocate_all") else want
+    if size:  # the declared groups (Ray logical GPUs; DeepSpeed ranks over gloo), scaled only with the world
+        why = "the largest size that keeps the launch's groups"
+        f.set("--actor.num_nodes", size.nnodes, "nodes", why)
+        f.set("--actor.num_gpus_per_node", size.gpus_per_node, "actor GPUs per node", why)
+        roles = [("ref", size.ref)] if has_ref else []
+        roles += [("critic", size.critic)] if f.get("critic.model_name_or_path") else []
+        ray_gpus = gpus
+        for role, (nodes, gpn) in roles:
+            f.set(f"--{role}.num_nodes", nodes, f"{role} nodes", why)
+            f.set(f"--{role}.num_gpus_per_node", gpn, f"{role} GPUs per node", why)
+            ray_gpus += 0 if (role == "ref" and colocate) else nodes * gpn
+        tp = int(f.get("vllm.tensor_parallel_size", 1))
+        want = size.engines
+        f.set("--vllm.num_engines", want, "vLLM engines", why)
+        ray_gpus += 0 if f.get("train.colocate_all") else want * tp
+    else:
+        f.set("--actor.num_nodes", 1, "nodes", "one machine")
+        f.set("--actor.num_gpus_per_node", gpus, "actor GPUs", "Ray logical GPUs (DeepSpeed ranks over gloo)")
+        ray_gpus = gpus
+        if has_ref:
+            f.set("--ref.num_nodes", 1, quiet=True)
+            f.set("--ref.num_gpus_per_node", gpus, "reference GPUs", "Ray logical GPUs")
+            ray_gpus += 0 if colocate else gpus
+        if f.get("critic.model_name_or_path"):
+            f.set("--critic.num_nodes", 1, quiet=True)
+            f.set("--critic.num_gpus_per_node", gpus, "critic GPUs", "Ray logical GPUs")
+            ray_gpus += gpus
+        engines = f.get("vllm.num_engines")
+        want = gpus if f.get("train.colocate_all") else min(int(engines), gpus)
+        f.set("--vllm.num_engines", want, "vLLM engines", "one CPU engine per logical GPU")
+        ray_gpus += 0 if f.get("train.colocate_all") else want
     # vLLM's CPU build: what its CPU platform refuses or reads differently
     if f.get("vllm.enable_sleep") or f.given("--vllm.enable_sleep"):
         f.set("--vllm.enable_sleep", None, "--vllm.enable_sleep",
               "vLLM refuses sleep mode on the CPU (vllm/config/model.py: not supported on current platform)",
               old=True)
+    kv = "one KV cache per engine shard, sized for the smoke's batch" if size else "VLLM_CPU_KVCACHE_SPACE=1 GiB"
     f.set("--vllm.gpu_memory_utilization", VLLM_CPU_MEMORY, "vLLM memory fraction",
-          "on the CPU it is the share of RAM vLLM reserves; the KV cache is VLLM_CPU_KVCACHE_SPACE=1 GiB",
+          f"on the CPU it is the share of RAM vLLM reserves; the KV cache is {kv}",
           old=f.get("vllm.gpu_memory_utilization", "unset"))
     f.set("--vllm.enforce_eager", True, "vLLM eager mode", "no torch.compile warm-up of the CPU engine")
-    for opt, one, why in (("--vllm.tensor_parallel_size", 1, "one CPU engine per process (tensor parallelism "
-                                                            "needs vLLM's Ray executor and GPUs)"),
-                          ("--ds.tensor_parallel_size", 1, "DeepSpeed AutoTP needs GPUs"),
-                          ("--ds.ring_attn_size", 1, "ring attention needs flash-attention")):
+    shrink = [("--ds.tensor_parallel_size", 1, "DeepSpeed AutoTP needs GPUs"),
+              ("--ds.ring_attn_size", 1, "ring attention needs flash-attention")]
+    if not size:
+        shrink.insert(0, ("--vllm.tensor_parallel_size", 1, "one process per engine: CPU time (--topology keeps "
+                                                           "the launch's)"))
+    for opt, one, why in shrink:
         if int(f.get(opt[2:], 1)) != 1:
             f.set(opt, one, opt, why)
+    if size and int(f.get("vllm.tensor_parallel_size", 1)) > 1:
+        f.subs.append(Substitution("vLLM executor", "ray (OpenRLHF's choice for TP > 1)", "mp",
+                                   "vLLM's CPU platform runs no Ray workers; its multiprocessing executor runs the "
+                                   "same TP shards (microcoder_ext.openrlhf.cpu.engine.executor_for_cpu)"))
     f.set("--vllm.sync_backend", "gloo", "weight-sync backend", "NCCL / CUDA IPC need GPUs")
     for opt, why in (("--vllm.sync_with_ray", "ray.util.collective needs NCCL"),
                      ("--ds.packing_samples", "packing calls flash-attention's CUDA kernels"),
@@ -436,8 +534,15 @@ def plan(launch: Sequence[str], opts: SmokeOptions, work: Path) -> OpenRLHFSmoke
     f.subs.append(Substitution("weight sync group", "vLLM PyNcclCommunicator", "gloo on vLLM's store",
                                "PyNcclCommunicator sends nothing without NCCL (microcoder_ext.openrlhf.cpu."
                                "weight_sync)"))
-    f.subs.append(Substitution("vLLM env", "unset", " ".join(f"{k}={v}" for k, v in VLLM_CPU_ENV.items()),
-                               "KV cache size in GiB; no core pinning on a shared machine"))
+    vllm_env = dict(VLLM_CPU_ENV)
+    if size:  # the KV cache of one engine's step, per shard: eight engines of 1 GiB would not fit beside the ranks
+        from microcoder_ext.openrlhf.cpu.engine import KV_CACHE_ENV
+        from microcoder_ext.smoke.vllm_cpu import kv_cache_bytes
+
+        vllm_env[KV_CACHE_ENV] = str(kv_cache_bytes(tiny.path, 1024 + budget, -(-samples // max(1, size.engines))))
+    f.subs.append(Substitution("vLLM env", "unset", " ".join(f"{k}={v}" for k, v in vllm_env.items()),
+                               "KV cache size" + (f" ({KV_CACHE_ENV}, per engine shard, replaces vLLM's GiB)"
+                                                  if size else "") + "; no core pinning on a shared machine"))
 
     # steps, logs, checkpoints
     f.set("--data.max_samples", steps * prompts_per_step, "training steps",
@@ -491,14 +596,14 @@ def plan(launch: Sequence[str], opts: SmokeOptions, work: Path) -> OpenRLHFSmoke
     else:
         notes.append(f"no prebuilt DeepSpeed CPU ops in {ops_dir()} (compat/venv.sh builds them): DeepSpeed "
                      "JIT-compiles them on the first run (~10 min on 2 cores)")
-    for key, value in VLLM_CPU_ENV.items():
+    for key, value in vllm_env.items():
         extra.setdefault(key, value)
     env = base_env(work, extra)
     return OpenRLHFSmokePlan(entry=entry, flags=f.final(), env=env, work=work, substitutions=f.subs,
                              model=tiny.to_dict(), data={"train": vars(train), "eval": vars(val) if val else None},
                              samples_per_step=samples, steps=steps, gpus=ray_gpus, cpus=max(8, 2 * ray_gpus + 4),
                              tensorboard_dir=tb, output_dir=out_dir, ckpt_path=ckpt, logprob_temperature=temperature,
-                             notes=notes)
+                             notes=notes, shards=int(want) * int(f.get("vllm.tensor_parallel_size", 1)))
 
 
 # ------------------------------------------------------------------------------------------------ results
@@ -592,9 +697,22 @@ def saved_model_checksums(output_dir: Path, names: Sequence[str]) -> dict[str, s
     return {n: tensor_checksum(tensors[n]) for n in names}
 
 
+def every_shard(loaded: list[dict], shards: int) -> bool:
+    """A sync's ``weights_loaded`` events come from ``shards`` distinct (engine, TP shard) workers, each engine with
+    all of its TP ranks."""
+    seen = {(e.get("engine"), int(e.get("shard", 0))) for e in loaded}
+    per_engine: dict = {}
+    for e in loaded:
+        per_engine.setdefault(e.get("engine"), set()).add(int(e.get("shard", 0)))
+    complete = all(ranks == set(range(int(e.get("shards", 1)))) for e in loaded
+                   for ranks in [per_engine[e.get("engine")]])
+    return len(seen) == shards and complete
+
+
 def build_steps(scalars: dict[int, dict[str, float]], events: list[dict], samples_per_step: int,
-                constant_temperature: float | None) -> list[StepRecord]:
-    """One :class:`StepRecord` per logged training step, from OpenRLHF's TensorBoard scalars and the evidence."""
+                constant_temperature: float | None, shards: int = 1) -> list[StepRecord]:
+    """One :class:`StepRecord` per logged training step, from OpenRLHF's TensorBoard scalars and the evidence;
+    ``shards``: vLLM engines x TP shards, each of which must report holding the sent weights after every sync."""
     steps = training_steps(scalars)
     gens = step_generations(events, steps, samples_per_step)
     syncs = step_syncs(events, steps)
@@ -623,7 +741,8 @@ def build_steps(scalars: dict[int, dict[str, float]], events: list[dict], sample
             rec.logprob_check = {"metric": "vllm_kl", "value": _float(m["train/vllm_kl"])}
         if loaded:
             rec.weights_changed = all(bool(e.get("changed")) for e in loaded)
-            rec.engine_synced = all(engine_holds_sent(e, sent.get(int(e["version"]))) for e in loaded)
+            rec.engine_synced = (every_shard(loaded, shards)
+                                 and all(engine_holds_sent(e, sent.get(int(e["version"]))) for e in loaded))
         out.append(rec)
     return out
 
@@ -651,7 +770,7 @@ def run(p: OpenRLHFSmokePlan, opts: SmokeOptions, progress: Callable[[str], None
                          timeout=opts.timeout)
     scalars = read_tensorboard(p.tensorboard_dir) if p.tensorboard_dir.is_dir() else {}
     events = evidence.read(p.work / "evidence.jsonl")
-    steps = build_steps(scalars, events, p.samples_per_step, p.logprob_temperature)
+    steps = build_steps(scalars, events, p.samples_per_step, p.logprob_temperature, p.shards)
     notes = list(p.notes)
     logged = [s.step for s in steps]
     complete = bool(logged) and logged[-1] >= p.steps and logged == list(range(logged[0], logged[-1] + 1))

@@ -131,15 +131,19 @@ def verl_data(files: Sequence[str] | str | None, out: Path, k: int, split: str =
     return SmokeData(str(out), len(rows), source, bundled)
 
 
-def openrlhf_data(files: Sequence[str] | str | None, out: Path, k: int, split: str = "train") -> SmokeData:
+def openrlhf_data(files: Sequence[str] | str | None, out: Path, k: int, split: str = "train",
+                  cycle: bool = False) -> SmokeData:
     """An OpenRLHF JSONL of ``k`` rows: from the launch's ``--data.prompt_dataset`` / ``--eval.dataset`` (a local
-    file), else the bundled problems (keys ``prompt`` / ``label``)."""
+    file), else the bundled problems (keys ``prompt`` / ``label``); ``cycle`` as :func:`verl_data`'s."""
     rows, source = _rows_of(files, k)
     bundled = not rows
     if bundled:
         problems = bundled_problems("train" if split == "train" else "heldout")[:k]
         rows = [p.to_openrlhf_row() for p in problems]
         source = f"{len(rows)} bundled problems ({split}; {_why(files)})"
+    if cycle and 0 < len(rows) < k:
+        source += f", repeated to {k} rows"
+        rows = [rows[i % len(rows)] for i in range(k)]
     _write_jsonl(rows, out)
     return SmokeData(str(out), len(rows), source, bundled)
 

@@ -272,6 +272,41 @@ def test_vllm_plugin_routes_the_worker_when_asked():
     assert got == {"update": True, "init": True, "keep": True, "load": True}
 
 
+@pytest.mark.parametrize("extension, expected", [("openrlhf.trainer.ray.vllm_worker_wrap.WorkerWrap", "mp"),
+                                                  ("", "ray")])
+def test_a_tensor_parallel_engine_of_openrlhfs_gets_the_multiprocessing_executor(tiny_model, extension, expected):
+    """OpenRLHF builds a TP 2 engine with vLLM's Ray executor, which vLLM's CPU platform cannot run: through vLLM's
+    own config path (``EngineArgs.create_engine_config``, the call ``AsyncLLMEngine.from_engine_args`` makes), the
+    plugin gives an engine with OpenRLHF's worker extension the multiprocessing executor and the KV cache size of
+    ``MICROCODER_OPENRLHF_CPU_KV_CACHE_BYTES``; an engine that is not OpenRLHF's keeps what it asked for."""
+    from microcoder_ext.openrlhf.cpu import engine
+
+    got = child(f"""
+    import json
+    from vllm.plugins import load_general_plugins
+    load_general_plugins()
+    from vllm.engine.arg_utils import EngineArgs
+    args = EngineArgs(model={tiny_model.path!r}, tensor_parallel_size=2, distributed_executor_backend="ray",
+                      enforce_eager=True, max_model_len=256, **({{"worker_extension_cls": {extension!r}}} if {extension!r} else {{}}))
+    config = args.create_engine_config()
+    print(json.dumps({{"backend": config.parallel_config.distributed_executor_backend,
+                      "tp": config.parallel_config.tensor_parallel_size,
+                      "kv": config.cache_config.kv_cache_memory_bytes}}))
+    """, {cpu.ENV: "1", engine.KV_CACHE_ENV: str(48 << 20), "VLLM_CPU_KVCACHE_SPACE": "1"})
+    assert got == {"backend": expected, "tp": 2, "kv": 48 << 20}
+
+
+@pytest.mark.parametrize("value", ["0", "-5", "1GiB", "x"])
+def test_a_bad_kv_cache_size_is_refused_with_its_name(monkeypatch, value):
+    from microcoder_ext.openrlhf.cpu import engine
+
+    monkeypatch.setenv(engine.KV_CACHE_ENV, value)
+    with pytest.raises(ValueError, match=engine.KV_CACHE_ENV):
+        engine.kv_cache_bytes()
+    monkeypatch.setenv(engine.KV_CACHE_ENV, "")
+    assert engine.kv_cache_bytes() is None
+
+
 # ------------------------------------------------------------------------------------------------ the sync group
 
 GROUP = """

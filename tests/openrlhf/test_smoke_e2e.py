@@ -31,8 +31,10 @@ Launches, shared by the tests (each ~60-120 s on 2 cores, one vLLM engine start 
 * ``mc``: ``--mc.preset microcoder`` through our launcher with rho = 1, the bundled problems, a staged schedule
   1.0 -> 1.2 compressed into the run and a checkpoint at step 2;
 * ``mc_resume``: ``mc`` resumed from that checkpoint, running step 3 again;
-* ``recipe``: ``SMOKE=1 MODEL=qwen3_1.7b ALGO=grpo_baseline bash openrlhf_recipes/train.sh`` (reference model + KL
-  loss, colocated, ZeRO-3, gradient checkpointing, eval and a checkpoint at the last step; vLLM sleep mode dropped);
+* ``recipe``: ``SMOKE=1 SMOKE_ARGS=--topology MODEL=ds_8b ALGO=grpo_baseline GPUS_PER_NODE=2 bash
+  openrlhf_recipes/train.sh`` at its declared size (2 DeepSpeed ranks, one vLLM engine of TP 2 whose shards vLLM's
+  multiprocessing executor runs; reference model + KL loss, colocated, ZeRO-3, gradient checkpointing, eval and a
+  checkpoint at the last step; vLLM sleep mode dropped);
 * ``failing``: ``mc``'s launch whose vLLM worker fails at the first weight sync.
 
 ``grpo`` and ``mc`` run with ``--algo.advantage.is_correction_level token``: OpenRLHF asks vLLM for its processed
@@ -217,17 +219,25 @@ def initial_weights(work: Path) -> dict[str, str]:
     return {n: tensor_checksum(t.to(torch.bfloat16)) for n, t in tensors.items()}
 
 
-def assert_engine_serves_what_was_sent(work: Path, versions: list[int]) -> None:
-    """After every sync, what vLLM's worker holds (read there, in the trainer's names and dtype) is byte for byte
-    what DeepSpeed rank 0 sent, and every packed CPU kernel computes with it."""
-    sent, loaded = by_version(work, "weights_sent"), by_version(work, "weights_loaded")
+def assert_engine_serves_what_was_sent(work: Path, versions: list[int], shards: int = 1) -> None:
+    """After every sync, what each of the engine's ``shards`` TP workers holds (read there, in the trainer's names
+    and dtype, gathered over the TP group) is byte for byte what DeepSpeed rank 0 sent, and every packed CPU kernel
+    of each shard computes with it."""
+    sent = by_version(work, "weights_sent")
+    loaded = defaultdict(list)
+    for e in events(work, "weights_loaded"):
+        loaded[e["version"]].append(e)
     assert sorted(sent) == sorted(loaded) == versions
     for v in versions:
-        held, want = loaded[v]["per_tensor"], sent[v]["per_tensor"]
+        assert sorted(e["shard"] for e in loaded[v]) == list(range(shards)), loaded[v]
+        assert len({e["pid"] for e in loaded[v]}) == shards  # one vLLM worker process per shard
+        want = sent[v]["per_tensor"]
         assert want and sent[v]["tensors"] == len(want)
-        assert {n: held.get(n) for n in want} == want, v
-        assert set(held) - set(want) <= {"lm_head.weight"}  # a tied LM head: the embedding the trainer sent
-        assert loaded[v]["unmapped"] == [] and loaded[v]["packed_error"] < 0.05, loaded[v]
+        for e in loaded[v]:
+            held = e["per_tensor"]
+            assert e["shards"] == shards and {n: held.get(n) for n in want} == want, v
+            assert set(held) - set(want) <= {"lm_head.weight"}  # a tied LM head: the embedding the trainer sent
+            assert e["unmapped"] == [] and e["packed_error"] < 0.05, e
 
 
 @pytest.fixture(scope="module")
@@ -264,15 +274,22 @@ def mc_resume(tmp_path_factory, mc):
     return _check("mc_resume", work, smoke(work, MC + ["--ckpt.load_enable", "--ckpt.path", str(ckpt)], *OPTS))
 
 
+#: the recipe cell's batch at 2 GPUs (``--topology`` keeps what the launch declares): 4 prompts x 4 samples per step,
+#: 2 updates of 8 samples, 4 per DeepSpeed rank
+RECIPE_BATCH = ["--rollout.batch_size", "4", "--rollout.n_samples_per_prompt", "4", "--train.batch_size", "8",
+                "--eval.n_samples_per_prompt", "2"]
+
+
 @pytest.fixture(scope="module")
 def recipe(tmp_path_factory, train_file):
     work = tmp_path_factory.mktemp("recipe")
     env = {k: v for k, v in os.environ.items() if k not in ("WANDB_API_KEY", "DRY_RUN")}
     env.update(PATH=f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}", SMOKE="1",
-               SMOKE_ARGS=f"--steps 2 --workdir {work} --json {work / 'report.json'}", MODEL="qwen3_1.7b",
-               ALGO="grpo_baseline", TRAIN=str(train_file), VAL=str(train_file), CKPT_DIR=str(work / "unused"))
-    proc = subprocess.run(["bash", str(ROOT / "openrlhf_recipes" / "train.sh"), "--actor.adam.lr", "1e-3"],
-                          capture_output=True, text=True, timeout=hang_guard(900), env=env, cwd=ROOT)
+               SMOKE_ARGS=f"--topology --steps 2 --workdir {work} --json {work / 'report.json'}", MODEL="ds_8b",
+               ALGO="grpo_baseline", GPUS_PER_NODE="2", TRAIN=str(train_file), VAL=str(train_file),
+               CKPT_DIR=str(work / "unused"))
+    proc = subprocess.run(["bash", str(ROOT / "openrlhf_recipes" / "train.sh"), "--actor.adam.lr", "1e-3",
+                           *RECIPE_BATCH], capture_output=True, text=True, timeout=hang_guard(900), env=env, cwd=ROOT)
     return _check("recipe", work, proc)
 
 
@@ -513,23 +530,31 @@ def test_checkpoint_resume_restores_weights_and_controller(mc, mc_resume):
 # ------------------------------------------------------------------------------------------------ the recipe cell
 
 
+@pytest.mark.memory(9)  # 2 ranks each of actor and reference, an engine of 2 shards: 8.7 GB measured
 def test_recipe_cell_with_a_reference_model_and_kl(recipe, grpo):
+    """The 8B cell (``MODEL=ds_8b``: one vLLM engine per 2 GPUs, TP 2) at its declared size on 2 GPUs
+    (``--topology``): 2 DeepSpeed ZeRO-3 ranks of the actor and of the reference, colocated with one engine whose 2
+    TP shards run in vLLM's multiprocessing executor; both shards hold the trainer's weights after every sync."""
     work, proc = recipe
     m = scalars(work)
     train = {s: r for s, r in m.items() if "train/policy_loss" in r}
     assert sorted(train) == [1, 2]
     report = json.loads((work / "report.json").read_text())
     assert report["ok"] and report["model"]["family"] == "qwen3"
-    for what in ("--ds.packing_samples", "--train.dynamic_batch_enable", "reference GPUs", "weight-sync backend",
-                 "--vllm.enable_sleep", "vLLM memory fraction"):
+    for what in ("--ds.packing_samples", "--train.dynamic_batch_enable", "weight-sync backend", "vLLM executor",
+                 "--vllm.enable_sleep", "vLLM memory fraction", "MICROCODER_OPENRLHF_CPU_KV_CACHE_BYTES="):
         assert what in proc.stdout, what
+    for kept in ("  actor GPUs", "  reference GPUs", "  vLLM engines", "  --vllm.tensor_parallel_size"):
+        assert kept not in proc.stdout, kept
+    assert "1 vLLM engine(s) x TP 2; kept" in proc.stdout
+    assert all(s["engine_synced"] for s in report["steps"])
     # grpo_baseline: KL loss against OpenRLHF's ReferenceModelActor (absent without a reference, see grpo)
     assert all(row["train/kl"] > 0 for row in train.values())
     assert all(r["train/kl"] == 0.0 for r in train_steps(grpo[0]).values())
     assert {e["temperature"] for e in events(work, "generate") if e["version"] < 2} == {1.2}
     assert any(k.startswith("eval/") for k in m[2])  # the recipe's eval ran at the (substituted) last step
     assert (work / "ckpt" / "_actor" / "global_step2").is_dir()  # ZeRO-3 checkpoint, colocated
-    assert_engine_serves_what_was_sent(work, [1, 2])
+    assert_engine_serves_what_was_sent(work, [1, 2], shards=2)
 
 
 # ------------------------------------------------------------------------------------------------ failures

@@ -148,15 +148,72 @@ def test_the_cli_exits_2_on_a_bad_launch(tmp_path):
     assert "unrecognized arguments: --no.such.flag 1" in proc.stderr
 
 
-@pytest.mark.parametrize("opts", [["--topology"], ["--topology", "--ray-address", "127.0.0.1:6379"]])
-def test_the_cli_refuses_topology_for_openrlhf_until_it_keeps_it(tmp_path, opts):
-    """--topology / --ray-address keep verl launches only so far: an OpenRLHF launch exits 2 saying so, instead of
-    running the default shrunk smoke as if it were the declared size."""
-    proc = subprocess.run([sys.executable, "-m", "microcoder_ext.cli", "smoke", "--workdir", str(tmp_path), *opts,
-                           "openrlhf", "--vllm.num_engines", "1"], capture_output=True, text=True,
-                          timeout=hang_guard(300))
-    assert proc.returncode == 2, proc.stderr
-    assert "run verl launches only so far, not openrlhf's" in proc.stderr
+def _replace(flags: list[str], **values: str) -> list[str]:
+    """``flags`` with ``--a.b value`` set for each ``a__b=value`` (replacing the option's value)."""
+    out = list(flags)
+    for key, v in values.items():
+        option = "--" + key.replace("__", ".")
+        i = out.index(option)
+        out[i + 1] = v
+    return out
+
+
+#: the 8B layout of openrlhf_recipes/train.sh (MODEL=ds_8b: vLLM TP 2) on 2 nodes of 8 GPUs
+RECIPE_8B = _replace(RECIPE, vllm__num_engines="8", vllm__tensor_parallel_size="2")
+
+
+def test_topology_keeps_the_declared_nodes_groups_engines_and_batches(tmp_path):
+    p = smoke.plan(RECIPE_8B, SmokeOptions(steps=2, topology=True), tmp_path)
+    f = p.flags
+    expected = {"--actor.num_nodes": ["2"], "--actor.num_gpus_per_node": ["8"], "--ref.num_nodes": ["2"],
+                "--ref.num_gpus_per_node": ["8"], "--vllm.num_engines": ["8"], "--vllm.tensor_parallel_size": ["2"],
+                "--rollout.batch_size": ["64"], "--rollout.n_samples_per_prompt": ["8"], "--train.batch_size": ["256"],
+                "--data.max_samples": ["128"]}
+    for option, want in expected.items():
+        assert value(f, option) == want, (option, value(f, option))
+    assert value(f, "--train.micro_batch_size") is None  # OpenRLHF's own per-rank micro-batch, not one of ours
+    # colocated: the actor's 16 bundles hold the reference and the 8 engines x 2 shards; each shard reports its sync
+    assert p.gpus == 16 and p.shards == 16 and p.samples_per_step == 512
+    assert p.data["train"]["rows"] == 128  # 16 bundled problems repeated to fill 2 steps of 64 prompts
+    kv = int(p.env["MICROCODER_OPENRLHF_CPU_KV_CACHE_BYTES"])
+    assert 16 << 20 <= kv < 1 << 30  # 64 sequences of 1056 tokens of the tiny model, not vLLM's GiB
+    table = format_substitutions(p.substitutions)
+    assert "  vLLM executor " in table and "  --vllm.tensor_parallel_size " not in table
+    for gone in ("  actor GPUs ", "  nodes ", "  vLLM engines ", "  prompts per step ", "  train batch (samples) "):
+        assert gone not in table, gone  # kept: nothing to print
+    assert any("kept" in n for n in p.notes) and any("one Ray node" in n for n in p.notes)
+    entry, args, _ = smoke.parse_launch(f)  # OpenRLHF's own validation of the rewritten launch
+    assert args.vllm.tensor_parallel_size == 2 and args.actor.num_nodes == 2
+
+
+def test_topology_past_16_ranks_runs_the_largest_size_that_keeps_the_groups(tmp_path):
+    """4 nodes x 8 GPUs (32 ranks, 16 engines x TP 2) runs as 2 x 8: two nodes, TP 2 within a node, half the
+    prompts per step and samples per update (the same share per rank), half the engines."""
+    launch = _replace(RECIPE_8B, actor__num_nodes="4", ref__num_nodes="4", vllm__num_engines="16")
+    p = smoke.plan(launch, SmokeOptions(steps=2, topology=True), tmp_path)
+    expected = {"--actor.num_nodes": ["2"], "--actor.num_gpus_per_node": ["8"], "--ref.num_nodes": ["2"],
+                "--ref.num_gpus_per_node": ["8"], "--vllm.num_engines": ["8"], "--vllm.tensor_parallel_size": ["2"],
+                "--rollout.batch_size": ["32"], "--train.batch_size": ["128"]}
+    for option, want in expected.items():
+        assert value(p.flags, option) == want, (option, value(p.flags, option))
+    assert p.gpus == 16 and p.shards == 16
+    assert any("runs as 2 x 8 GPUs" in n for n in p.notes), p.notes
+
+
+@pytest.mark.parametrize("flag, why", [("--ds.tensor_parallel_size", "DeepSpeed AutoTP needs GPUs"),
+                                       ("--ds.ring_attn_size", "ring attention needs flash-attention")])
+def test_topology_refuses_what_it_cannot_keep(tmp_path, flag, why):
+    with pytest.raises(SmokeUsageError, match=why):
+        smoke.plan(RECIPE_8B + [flag, "2"], SmokeOptions(steps=2, topology=True), tmp_path)
+
+
+def test_every_shard_must_report_each_sync():
+    one = {"engine": "vllm42", "shards": 2}
+    assert smoke.every_shard([{**one, "shard": 0}, {**one, "shard": 1}], 2)
+    assert not smoke.every_shard([{**one, "shard": 0}], 2)  # a TP shard that never reported
+    assert not smoke.every_shard([{**one, "shard": 0}, {**one, "shard": 0}], 2)
+    two = [{"engine": f"vllm{i}", "shard": 0, "shards": 1} for i in (42, 43)]
+    assert smoke.every_shard(two, 2) and not smoke.every_shard(two[:1], 2)
 
 
 @pytest.mark.parametrize("launch, reason", [

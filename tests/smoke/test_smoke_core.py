@@ -268,6 +268,18 @@ def test_smoke_timeout_default_flag_and_environment(monkeypatch, capsys):
         assert f"${TIMEOUT_ENV}={bad!r}: expected seconds >= 0" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("argv, message", [
+    (["--topology", "trl"], "--topology keeps a Ray launch's nodes and ranks: verl and OpenRLHF"),
+    (["--topology", "--ray-address", "127.0.0.1:6379", "openrlhf", "--vllm.num_engines", "1"],
+     "--ray-address runs verl launches only so far, not openrlhf's"),
+])
+def test_smoke_refuses_what_a_framework_cannot_keep_before_importing_it(capsys, argv, message):
+    from microcoder_ext.cli import main
+
+    assert main(["smoke", *argv]) == 2
+    assert message in capsys.readouterr().err
+
+
 def test_run_logged_bounds_a_silent_hang_and_a_leftover_child(tmp_path):
     """A framework process that hangs without printing is killed at the deadline (exit 124); one that exits while a
     process of its group still holds the output pipe returns its own status (the leftover is killed)."""

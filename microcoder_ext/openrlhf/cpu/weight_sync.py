@@ -27,7 +27,9 @@ A sync never hangs: the sender waits for each broadcast in steps of at most 1 s 
 error as soon as a worker reports one (:meth:`GlooWeightGroup.fail`, written to the group's store by
 :func:`update_weight` when it raises), or after ``MICROCODER_OPENRLHF_CPU_SYNC_TIMEOUT`` seconds (default 300).
 ``MICROCODER_OPENRLHF_CPU_FAIL_SYNC=N`` makes the worker fail instead of receiving its N-th tensor (the tests of that
-path). ``--vllm.sync_with_ray``, tensor-parallel engines and CUDA IPC are refused with the reason.
+path). ``--vllm.sync_with_ray`` and CUDA IPC are refused with the reason. A tensor-parallel engine (its shards run by
+vLLM's multiprocessing executor, :func:`microcoder_ext.openrlhf.cpu.engine.route_executor`) joins the group with one
+rank per shard at OpenRLHF's offsets (``i * TP + 1``), and each shard loads every tensor.
 
 Evidence (:mod:`microcoder_ext.evidence`, only where it is enabled): ``weights_sent`` per sync from DeepSpeed
 rank 0 (``sender``, ``version``, ``checksum``, ``tensors``, ``per_tensor`` in OpenRLHF's parameter names);
@@ -58,7 +60,7 @@ class WeightSyncFailed(RuntimeError):
 
 
 class WeightSyncRefused(RuntimeError):
-    """A launch asks for a weight sync a CPU run cannot do (Ray collectives, tensor-parallel engines, CUDA IPC)."""
+    """A launch asks for a weight sync a CPU run cannot do (Ray collectives, CUDA IPC)."""
 
 
 def timeout_s() -> float:
@@ -225,10 +227,6 @@ def route_worker() -> None:
         if use_ray:
             raise WeightSyncRefused("--vllm.sync_with_ray (ray.util.collective inside vLLM's worker) is not "
                                     "supported on the CPU: drop it (the weight sync runs over gloo)")
-        if self.parallel_config.tensor_parallel_size != 1:
-            raise WeightSyncRefused("tensor-parallel vLLM engines (--vllm.tensor_parallel_size "
-                                    f"{self.parallel_config.tensor_parallel_size}) are not supported on the CPU: "
-                                    "use --vllm.tensor_parallel_size 1 and more --vllm.num_engines")
         import openrlhf.utils.distributed_util as du
 
         if not getattr(du.stateless_init_process_group, _MARK, False):
