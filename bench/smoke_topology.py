@@ -2,8 +2,10 @@
 
     bash compat/in_venv.sh verl python bench/smoke_topology.py                     # every verl cell
     bash compat/in_venv.sh verl python bench/smoke_topology.py --cells qwen3_1.7b/microcoder --json out.json
+    bash compat/in_venv.sh openrlhf python bench/smoke_topology.py --framework openrlhf --cells ds_8b/microcoder
 
-A cell is ``verl_recipes/train.sh`` with ``MODEL`` and ``ALGO`` and ``SMOKE=1 SMOKE_ARGS="--topology --steps N"``:
+A cell is ``verl_recipes/train.sh`` (``--framework openrlhf``: ``openrlhf_recipes/train.sh``) with ``MODEL`` and
+``ALGO`` and ``SMOKE=1 SMOKE_ARGS="--topology --steps N"``:
 each model with ``microcoder``, and each algorithm (GRPO, DAPO, MicroCoder-GRPO) with ``qwen3_1.7b``, at what
 ``train.sh`` declares (1 node x 8 GPUs; vLLM TP 2 for ``ds_8b``; 64 prompts x 8 samples, 2 mini-batches). ``--nnodes
 2 --gpus-per-node 4`` runs the same cells as 2 x 4 (``NNODES`` / ``GPUS_PER_NODE`` of train.sh: a local cluster of
@@ -45,7 +47,8 @@ def _kind(pid: int) -> str:
     hit = re.match(r"(ray::\w+|VLLM::\w+)", cmd)
     if hit:
         return hit.group(1)
-    for key in ("raylet", "gcs_server", "main_ppo", "microcoder_ext.cli", "ray start", "default_worker"):
+    for key in ("raylet", "gcs_server", "main_ppo", "microcoder_ext.openrlhf.cpu.run", "microcoder_ext.cli",
+                "ray start", "default_worker"):
         if key in cmd:
             return key
     return Path(cmd.split(" ", 1)[0]).name or "?"
@@ -61,8 +64,15 @@ def tree_pss(root: int) -> tuple[int, dict]:
     return sum(v for v, _ in by.values()), {k: (round(v / 1e9, 2), n) for k, (v, n) in by.items()}
 
 
-def run_cell(cell: str, steps: int, nnodes: int | None, gpus: int | None, work: Path, timeout_s: float) -> dict:
+#: each framework's recipe script and what the bench adds to its launch
+RECIPES = {"verl": ("verl_recipes/train.sh", ["trainer.val_before_train=false"]),
+           "openrlhf": ("openrlhf_recipes/train.sh", [])}
+
+
+def run_cell(cell: str, steps: int, nnodes: int | None, gpus: int | None, work: Path, timeout_s: float,
+             framework: str = "verl") -> dict:
     model, algo = cell.split("/")
+    script, extra = RECIPES[framework]
     report = work / "report.json"
     env = {**os.environ, "SMOKE": "1", "MODEL": model, "ALGO": algo,
            "SMOKE_ARGS": f"--topology --steps {steps} --workdir {work} --json {report}"}
@@ -72,7 +82,7 @@ def run_cell(cell: str, steps: int, nnodes: int | None, gpus: int | None, work: 
         env["GPUS_PER_NODE"] = str(gpus)
     t0 = time.monotonic()
     with open(work / "bench.log", "w") as log:
-        proc = subprocess.Popen(["bash", str(ROOT / "verl_recipes" / "train.sh"), "trainer.val_before_train=false"],
+        proc = subprocess.Popen(["bash", str(ROOT / script), *extra],
                                 env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         watch = process_tree.PeakSampler(lambda: tree_pss(proc.pid), interval_s=2.0)
         try:
@@ -96,6 +106,7 @@ def run_cell(cell: str, steps: int, nnodes: int | None, gpus: int | None, work: 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--framework", choices=sorted(RECIPES), default="verl", help="whose recipes (default %(default)s)")
     ap.add_argument("--cells", default=",".join(CELLS), help="MODEL/ALGO, comma-separated (default: %(default)s)")
     ap.add_argument("--steps", type=int, default=2, help="steps per cell (default %(default)s)")
     ap.add_argument("--nnodes", type=int, help="NNODES of train.sh (default: its own, 1)")
@@ -107,20 +118,22 @@ def main(argv=None) -> int:
     for cell in args.cells.split(","):
         work = Path(tempfile.mkdtemp(prefix="bench-topology-"))
         print(f"== {cell} ({work})", flush=True)
-        row = run_cell(cell, args.steps, args.nnodes, args.gpus_per_node, work, args.timeout)
+        row = run_cell(cell, args.steps, args.nnodes, args.gpus_per_node, work, args.timeout, args.framework)
         rows.append(row)
         print(f"   {'ok' if row['ok'] else 'FAILED'}  {row['wall_s']:.0f} s  peak {row['peak_pss_gb']:.1f} GB PSS  "
               f"at peak: {row['at_peak']}", flush=True)
         if not row["ok"]:
             print(f"   error: {row['error']}", flush=True)
-    print("\n| cell | size | result | time | peak memory (PSS) |\n|---|---|---|---|---|")
+    print("\n| framework | cell | size | result | time | peak memory (PSS) |\n|---|---|---|---|---|---|")
     size = f"{args.nnodes or 1} x {args.gpus_per_node or 8}"
     for r in rows:
-        print(f"| {r['cell']} | {size} | {'ok' if r['ok'] else 'failed'} ({r['steps']} steps) | {r['wall_s']:.0f} s | "
+        print(f"| {args.framework} | {r['cell']} | {size} | {'ok' if r['ok'] else 'failed'} ({r['steps']} steps) | "
+              f"{r['wall_s']:.0f} s | "
               f"{r['peak_pss_gb']:.1f} GB |")
     if args.json:
         Path(args.json).write_text(json.dumps({"machine": {"cpus": os.cpu_count(), "platform": platform.platform()},
-                                               "steps": args.steps, "rows": rows}, indent=1))
+                                               "framework": args.framework, "steps": args.steps, "rows": rows},
+                                              indent=1))
     return 0 if all(r["ok"] for r in rows) else 1
 
 

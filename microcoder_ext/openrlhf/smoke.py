@@ -333,13 +333,19 @@ def _declared_size(f: "_Flags", notes: list[str]) -> _Size:
         return 1, scaled(nodes * gpn, f"--{role} GPUs")
 
     engines = int(f.get("vllm.num_engines"))
-    notes.append(f"topology: actor {declared.describe()} declared, {engines} vLLM engine(s) x TP {tp}; "
-                 + ("kept" if size == declared else f"runs as {size.describe()}"))
+    run_engines = engines if size == declared else scaled(engines, "--vllm.num_engines")
+
+    def describe(d, n_engines: int) -> str:
+        return (f"actor {d.nnodes} x {d.gpus_per_node} GPUs, {d.prompts} prompts per step, {d.mini} samples per "
+                f"update, {n_engines} vLLM engine(s) x TP {tp}")
+
+    notes.append(f"topology: {describe(declared, engines)} declared; "
+                 + ("kept" if size == declared else f"runs as {describe(size, run_engines)}"))
     if declared.nnodes > 1:
         notes.append(f"topology: the {declared.nnodes} nodes' placement groups run on one Ray node (OpenRLHF packs "
                      "each node's GPUs in one bundle)")
     return _Size(prompts=size.prompts, train_batch=size.mini, nnodes=size.nnodes, gpus_per_node=size.gpus_per_node,
-                 engines=engines if size == declared else scaled(engines, "--vllm.num_engines"),
+                 engines=run_engines,
                  ref=group("ref"), critic=group("critic"))
 
 
@@ -509,10 +515,16 @@ def plan(launch: Sequence[str], opts: SmokeOptions, work: Path) -> OpenRLHFSmoke
     for opt, one, why in shrink:
         if int(f.get(opt[2:], 1)) != 1:
             f.set(opt, one, opt, why)
+    in_core = False
     if size and int(f.get("vllm.tensor_parallel_size", 1)) > 1:
         f.subs.append(Substitution("vLLM executor", "ray (OpenRLHF's choice for TP > 1)", "mp",
                                    "vLLM's CPU platform runs no Ray workers; its multiprocessing executor runs the "
                                    "same TP shards (microcoder_ext.openrlhf.cpu.engine.executor_for_cpu)"))
+    elif size:  # TP 1: the worker in the engine-core process, as verl's smoke does (one process less per engine)
+        in_core = True
+        f.subs.append(Substitution("vLLM executor", "uni (vLLM's CPU platform: mp, a worker process)",
+                                   "uni, the worker in the engine core (VLLM_ENABLE_V1_MULTIPROCESSING=0)",
+                                   "memory: one process less per engine"))
     f.set("--vllm.sync_backend", "gloo", "weight-sync backend", "NCCL / CUDA IPC need GPUs")
     for opt, why in (("--vllm.sync_with_ray", "ray.util.collective needs NCCL"),
                      ("--ds.packing_samples", "packing calls flash-attention's CUDA kernels"),
@@ -540,6 +552,8 @@ def plan(launch: Sequence[str], opts: SmokeOptions, work: Path) -> OpenRLHFSmoke
         from microcoder_ext.smoke.vllm_cpu import kv_cache_bytes
 
         vllm_env[KV_CACHE_ENV] = str(kv_cache_bytes(tiny.path, 1024 + budget, -(-samples // max(1, size.engines))))
+    if in_core:
+        vllm_env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # else vLLM's CPU platform turns uni into mp
     f.subs.append(Substitution("vLLM env", "unset", " ".join(f"{k}={v}" for k, v in vllm_env.items()),
                                "KV cache size" + (f" ({KV_CACHE_ENV}, per engine shard, replaces vLLM's GiB)"
                                                   if size else "") + "; no core pinning on a shared machine"))
@@ -751,6 +765,7 @@ def run(p: OpenRLHFSmokePlan, opts: SmokeOptions, progress: Callable[[str], None
     """Run the plan's child process; the report (``ok`` only if every requested step was logged)."""
     import shutil
 
+    from microcoder_ext.smoke.fixes import fix_lines
     from microcoder_ext.smoke.runner import error_excerpt, run_entry_point
 
     (p.work / "evidence.jsonl").unlink(missing_ok=True)
@@ -793,4 +808,6 @@ def run(p: OpenRLHFSmokePlan, opts: SmokeOptions, progress: Callable[[str], None
     if not ok:
         report.error = (f"{p.entry} exited with status {rc} after {len(steps)} of {p.steps} steps; its error:\n"
                         + error_excerpt(log))
+        report.error += fix_lines("openrlhf", report.error, log.read_text(encoding="utf-8", errors="replace")
+                                  if log.exists() else "")
     return report

@@ -558,6 +558,7 @@ def build_steps(metrics: dict[int, dict], events: list[dict], samples_per_step: 
 
 def run(p: VerlSmokePlan, opts: SmokeOptions, progress=None) -> SmokeReport:
     """Run ``main_ppo`` for the plan; the report (``ok`` only if every requested step was logged)."""
+    from microcoder_ext.smoke.fixes import fix_lines
     from microcoder_ext.smoke.runner import error_excerpt, run_entry_point
 
     for name in ("metrics.jsonl", "evidence.jsonl"):
@@ -608,6 +609,8 @@ def run(p: VerlSmokePlan, opts: SmokeOptions, progress=None) -> SmokeReport:
     if not ok:
         report.error = (f"main_ppo exited with status {rc} after {len(steps)} of {p.steps} steps; its error:\n"
                         + error_excerpt(log))
+        report.error += fix_lines("verl", report.error, log.read_text(encoding="utf-8", errors="replace")
+                                  if log.exists() else "")
     return report
 
 

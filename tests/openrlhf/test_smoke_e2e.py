@@ -546,7 +546,8 @@ def test_recipe_cell_with_a_reference_model_and_kl(recipe, grpo):
         assert what in proc.stdout, what
     for kept in ("  actor GPUs", "  reference GPUs", "  vLLM engines", "  --vllm.tensor_parallel_size"):
         assert kept not in proc.stdout, kept
-    assert "1 vLLM engine(s) x TP 2; kept" in proc.stdout
+    assert "actor 1 x 2 GPUs, 4 prompts per step, 8 samples per update, 1 vLLM engine(s) x TP 2 declared; kept" \
+        in proc.stdout
     assert all(s["engine_synced"] for s in report["steps"])
     # grpo_baseline: KL loss against OpenRLHF's ReferenceModelActor (absent without a reference, see grpo)
     assert all(row["train/kl"] > 0 for row in train.values())
@@ -558,6 +559,43 @@ def test_recipe_cell_with_a_reference_model_and_kl(recipe, grpo):
 
 
 # ------------------------------------------------------------------------------------------------ failures
+
+
+#: a colocated launch declared on 2 GPUs (2 DeepSpeed ranks, 2 vLLM engines) whose batch fits there
+AT_SIZE = ["--mc.preset", "microcoder", "--actor.num_gpus_per_node", "2", "--train.colocate_all",
+           "--rollout.batch_size", "4", "--rollout.n_samples_per_prompt", "4", "--train.batch_size", "8",
+           "--rollout.max_new_tokens", str(BUDGET), "--vllm.num_engines", "2"]
+
+
+@pytest.mark.parametrize("flags, framework_error, fix", [
+    # 8 samples per update on 2 ranks: 4 each, which micro-batches of 3 do not divide (DeepSpeed, at actor init)
+    (["--train.micro_batch_size", "3"],
+     "train_batch_size is not equal to micro_batch_per_gpu * gradient_acc_step * world_size 8 != 3 * 1 * 2",
+     "use a divisor of 4, e.g. --train.micro_batch_size 2 or 4"),
+    # colocated: one engine shard per actor GPU (OpenRLHF's train(), before any actor starts)
+    (["--vllm.num_engines", "1"],
+     "vllm_tensor_parallel_size, got 2 and 1", "--vllm.num_engines 2 at TP 1, 1 at TP 2"),
+], ids=["deepspeed-batch", "colocated-engines"])
+def test_a_launch_that_fails_only_at_its_declared_size_says_what_fixes_it(tmp_path, flags, framework_error, fix):
+    """Each failure class of :mod:`microcoder_ext.smoke.fixes` for OpenRLHF, in a real launch at its declared size
+    (``--topology``): the run exits 1 with OpenRLHF's (or DeepSpeed's) own error followed by the knob and values that
+    fix it. The default smoke of the same launch rewrites what fails (one rank, its own micro-batch and engines)."""
+    from microcoder_ext.openrlhf.smoke import plan
+    from microcoder_ext.smoke.runner import SmokeOptions
+
+    f = plan(AT_SIZE + flags, SmokeOptions(steps=1, prompts=4, max_samples=4), tmp_path / "default").flags
+
+    def last(option: str) -> str:
+        return f[max(i for i, t in enumerate(f) if t == option) + 1]
+
+    assert last("--actor.num_gpus_per_node") == last("--vllm.num_engines") == "1"  # one rank, one engine
+    assert last("--train.micro_batch_size") == last("--train.batch_size")  # one micro-batch per update and rank
+    proc = smoke(tmp_path, AT_SIZE + flags, "--topology", "--steps", "1")
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert framework_error in report["error"], report["error"]
+    assert "\nfix: " in report["error"] and fix in report["error"].split("\nfix: ", 1)[1]
+    assert fix in proc.stderr + proc.stdout
 
 
 def test_a_vllm_worker_failure_ends_the_run_with_its_error(tmp_path):

@@ -197,7 +197,20 @@ def test_topology_past_16_ranks_runs_the_largest_size_that_keeps_the_groups(tmp_
     for option, want in expected.items():
         assert value(p.flags, option) == want, (option, value(p.flags, option))
     assert p.gpus == 16 and p.shards == 16
-    assert any("runs as 2 x 8 GPUs" in n for n in p.notes), p.notes
+    assert any("runs as actor 2 x 8 GPUs, 32 prompts per step, 128 samples per update, 8 vLLM engine(s) x TP 2" in n
+               for n in p.notes), p.notes
+
+
+def test_topology_runs_a_tp_1_engines_worker_in_its_engine_core(tmp_path):
+    """At TP 1 each engine's worker runs in its engine-core process (vLLM's ``uni`` executor, kept by
+    ``VLLM_ENABLE_V1_MULTIPROCESSING=0``): one process less per engine; at TP 2 the shards are processes (``mp``)."""
+    one = smoke.plan(RECIPE, SmokeOptions(steps=2, topology=True), tmp_path / "one")
+    assert one.env["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0" and one.shards == 16
+    assert {s.what: s.smoke for s in one.substitutions}["vLLM executor"].startswith("uni, the worker in the engine")
+    two = smoke.plan(RECIPE_8B, SmokeOptions(steps=2, topology=True), tmp_path / "two")
+    assert "VLLM_ENABLE_V1_MULTIPROCESSING" not in two.env or two.env["VLLM_ENABLE_V1_MULTIPROCESSING"] != "0"
+    default = smoke.plan(RECIPE, SmokeOptions(steps=2), tmp_path / "default")
+    assert "vLLM executor" not in {s.what for s in default.substitutions}
 
 
 @pytest.mark.parametrize("flag, why", [("--ds.tensor_parallel_size", "DeepSpeed AutoTP needs GPUs"),

@@ -399,6 +399,21 @@ def test_a_failing_step_exits_1_with_verls_own_error(tmp_path):
     assert not report["ok"] and report["exit_code"] == 1 and "reward exploded on purpose" in report["error"]
 
 
+def test_a_rollout_tp_that_does_not_divide_the_gpus_fails_with_verls_error_and_the_fix(tmp_path):
+    """A failure class that shows only at the declared size: vLLM TP 2 on 3 GPUs. A default smoke (one rank, TP 1)
+    passes it; at its size verl's worker stops with its own assertion, and the report adds the knob and values that
+    fix it (:mod:`microcoder_ext.smoke.fixes`)."""
+    launch = [o for o in TOPOLOGY if not o.startswith("trainer.n_gpus_per_node")] + ["trainer.n_gpus_per_node=3"]
+    launch = [o for o in launch if not o.startswith(("data.train_batch_size", "actor_rollout_ref.actor.ppo_mini"))]
+    launch += ["data.train_batch_size=6", "actor_rollout_ref.actor.ppo_mini_batch_size=3"]
+    proc = smoke(tmp_path / "work", launch, "--topology", "--steps", "1", "--response-length", str(BUDGET))
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    report = json.loads((tmp_path / "work" / "report.json").read_text())
+    assert "rollout world_size: 3 is not divisible by infer_world_size: 2" in report["error"], report["error"]
+    assert "fix: vLLM's tensor parallelism x data parallelism (2) must divide the 3 trainer GPUs" in report["error"]
+    assert "tensor_model_parallel_size=1 or =3" in proc.stderr + proc.stdout
+
+
 BROKEN_EXTENSION = '''
 from verl.workers.rollout.vllm_rollout.utils import vLLMColocateWorkerExtension
 
