@@ -568,13 +568,14 @@ AT_SIZE = ["--mc.preset", "microcoder", "--actor.num_gpus_per_node", "2", "--tra
 
 
 @pytest.mark.parametrize("flags, framework_error, fix", [
-    # 8 samples per update on 2 ranks: 4 each, which micro-batches of 3 do not divide (DeepSpeed, at actor init)
+    # 8 samples per update on 2 ranks: 4 each, which micro-batches of 3 do not divide (DeepSpeed, at actor init;
+    # 7.6 GB measured)
     (["--train.micro_batch_size", "3"],
      "train_batch_size is not equal to micro_batch_per_gpu * gradient_acc_step * world_size 8 != 3 * 1 * 2",
      "use a divisor of 4, e.g. --train.micro_batch_size 2 or 4"),
-    # colocated: one engine shard per actor GPU (OpenRLHF's train(), before any actor starts)
-    (["--vllm.num_engines", "1"],
-     "vllm_tensor_parallel_size, got 2 and 1", "--vllm.num_engines 2 at TP 1, 1 at TP 2"),
+    # colocated: one engine shard per actor GPU (OpenRLHF's train(), before any actor starts: 2.8 GB measured)
+    pytest.param(["--vllm.num_engines", "1"], "vllm_tensor_parallel_size, got 2 and 1",
+                 "--vllm.num_engines 2 at TP 1, 1 at TP 2", marks=pytest.mark.memory(4)),
 ], ids=["deepspeed-batch", "colocated-engines"])
 def test_a_launch_that_fails_only_at_its_declared_size_says_what_fixes_it(tmp_path, flags, framework_error, fix):
     """Each failure class of :mod:`microcoder_ext.smoke.fixes` for OpenRLHF, in a real launch at its declared size

@@ -399,6 +399,7 @@ def test_a_failing_step_exits_1_with_verls_own_error(tmp_path):
     assert not report["ok"] and report["exit_code"] == 1 and "reward exploded on purpose" in report["error"]
 
 
+@pytest.mark.memory(6)  # 3 ranks that stop at their worker's start: 5.6 GB measured
 def test_a_rollout_tp_that_does_not_divide_the_gpus_fails_with_verls_error_and_the_fix(tmp_path):
     """A failure class that shows only at the declared size: vLLM TP 2 on 3 GPUs. A default smoke (one rank, TP 1)
     passes it; at its size verl's worker stops with its own assertion, and the report adds the knob and values that
