@@ -68,3 +68,22 @@ def describe() -> str:
     flag = ", overloaded" if per_core > OVERLOADED_PER_CORE else ""
     return (f"load {one:.2f} / {five:.2f} / {fifteen:.2f} (1 / 5 / 15 min) on {cores} cores: {per_core:.1f} per "
             f"core{flag}; memory {available:.1f} of {total:.1f} GB available")
+
+
+#: what Ray raises when its raylet has not registered within the 30 s that ``ray/_private/node.py`` (2.x) gives it,
+#: a fixed wait that make test's own load (25 runnable tasks per core seen) can exceed
+RAY_STARTUP_TIMEOUT = "The current node timed out during startup"
+
+
+def ray_init(**kwargs):
+    """``ray.init(**kwargs)``, once more after ``ray.shutdown()`` when Ray's fixed raylet start-up wait ran out on a
+    loaded host (:data:`RAY_STARTUP_TIMEOUT`); any other error is raised as it is."""
+    import ray
+
+    try:
+        return ray.init(**kwargs)
+    except Exception as e:  # noqa: BLE001 - Ray raises a bare Exception here
+        if RAY_STARTUP_TIMEOUT not in str(e):
+            raise
+        ray.shutdown()
+        return ray.init(**kwargs)

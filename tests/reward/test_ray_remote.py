@@ -13,7 +13,7 @@ import pytest
 from microcoder_ext.reward import Engine, EngineConfig
 
 import ray
-from host_load import hang_guard
+from host_load import hang_guard, ray_init
 
 pytestmark = pytest.mark.slow  # starts Ray
 
@@ -99,7 +99,7 @@ def test_compute_score_in_ray_actors_leaves_nothing_behind():
 def _score_in_actors_then_shut_down(env, tmp_root, slots_dir):
     from microcoder_ext.reward import compute_score
 
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, runtime_env={"env_vars": env})
+    ray_init(num_cpus=2, include_dashboard=False, log_to_driver=False, runtime_env={"env_vars": env})
     try:
         worker_cls = _reward_compute_worker()
         actors = [worker_cls.remote(compute_score) for _ in range(2)]  # like reward.num_workers=2
