@@ -114,6 +114,13 @@ def _why(files) -> str:
     return f"{files} not readable locally" if files else "no data file given"
 
 
+def _repeated(rows: list, source: str, k: int) -> tuple[list, str]:
+    """``rows`` repeated up to ``k`` when there are fewer (a batch of ``k`` prompts must fill), and their source."""
+    if 0 < len(rows) < k:
+        return [rows[i % len(rows)] for i in range(k)], f"{source}, repeated to {k} rows"
+    return rows, source
+
+
 def verl_data(files: Sequence[str] | str | None, out: Path, k: int, split: str = "train",
               cycle: bool = False) -> SmokeData:
     """A verl RL parquet of ``k`` rows: from the launch's ``data.train_files`` / ``val_files``, else bundled; with
@@ -124,9 +131,8 @@ def verl_data(files: Sequence[str] | str | None, out: Path, k: int, split: str =
         problems = bundled_problems("train" if split == "train" else "heldout")[:k]
         rows = [p.to_verl_row(i, split) for i, p in enumerate(problems)]
         source = f"{len(rows)} bundled problems ({split}; {_why(files)})"
-    if cycle and 0 < len(rows) < k:
-        source += f", repeated to {k} rows"
-        rows = [rows[i % len(rows)] for i in range(k)]
+    if cycle:
+        rows, source = _repeated(rows, source, k)
     _write_parquet(rows, out)
     return SmokeData(str(out), len(rows), source, bundled)
 
@@ -141,9 +147,8 @@ def openrlhf_data(files: Sequence[str] | str | None, out: Path, k: int, split: s
         problems = bundled_problems("train" if split == "train" else "heldout")[:k]
         rows = [p.to_openrlhf_row() for p in problems]
         source = f"{len(rows)} bundled problems ({split}; {_why(files)})"
-    if cycle and 0 < len(rows) < k:
-        source += f", repeated to {k} rows"
-        rows = [rows[i % len(rows)] for i in range(k)]
+    if cycle:
+        rows, source = _repeated(rows, source, k)
     _write_jsonl(rows, out)
     return SmokeData(str(out), len(rows), source, bundled)
 
